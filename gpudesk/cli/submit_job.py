@@ -226,8 +226,10 @@ def submit_and_report(
                 fail(*said)
             raise
         job_id = submitted.ids[0]
-        # a Slurm job: say the id Slurm gave it, as sbatch would
-        slurm = client.show(job_id).job.slurm if to_cluster and not json_out else None
+        # a Slurm job: say the id Slurm gave it, as sbatch would, and if the engine could
+        # not save it yet (a full disk: it is in Slurm all the same)
+        shown = client.show(job_id).job if to_cluster else None
+        slurm = shown.slurm if shown is not None and not json_out else None
     change = submitted.waits_for_change.get(job_id)
     if parsable:
         print(job_id)
@@ -257,6 +259,8 @@ def submit_and_report(
         # queued, but no GPU will drain for it: say so now, not at the next `queue`
         for line in change_lines(submitted.waits_for_change):
             print(f"note: {line}", file=sys.stderr)
+    if shown is not None and shown.unsaved:
+        print(f"note: sent to Slurm, {shown.unsaved}", file=sys.stderr)
 
 
 def check_workdir_usable(cwd: Path) -> None:

@@ -346,6 +346,49 @@ def test_a_signal_reaches_a_slurm_job_and_suspend_is_refused(slurm_engine: Engin
     slurm_engine.wait_all_done([job_id], timeout=60)
 
 
+def test_a_submit_whose_slurm_id_the_store_refuses_is_sent_once_and_followed(
+    slurm_engine: EngineHandle, tmp_path: Path
+) -> None:
+    """sbatch took the job, then the store refused its Slurm id (a real SQLite trigger saying
+    what a disk that fills between the two writes says). The job is in Slurm whatever the
+    store says, so the submit is not refused (a retry would send it twice): it says the job's
+    Slurm id, not yet saved, as `show` does; once the store takes it the job is followed to its
+    end, having run once. (Before, the submit said "nothing was queued" while Slurm ran the
+    job, and gpudesk showed it being submitted for ever.)"""
+    marker, gate = tmp_path / "runs", tmp_path / "gate"
+    script = f"echo run >> {marker}; while [ ! -e {gate} ]; do sleep 0.1; done"
+    db = sqlite3.connect(slurm_engine.home.db, isolation_level=None)
+    try:
+        db.execute(
+            "CREATE TRIGGER refuse_sent BEFORE UPDATE OF submission ON slurm_jobs "
+            "WHEN OLD.submission = '' "
+            "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
+        )
+        done = _cli("submit", "--on", "slurm", "--name", "unsaved-id", "--", "sh", "-c", script)
+        assert done.returncode == 0, done.stdout + done.stderr
+        said = re.search(r"submitted job (\d+) \(unsaved-id\) as Slurm job (\d+) on ", done.stdout)
+        assert said, done.stdout
+        job_id, slurm_id = int(said[1]), said[2]
+        assert "note: sent to Slurm, not yet saved: the disk holding" in done.stderr
+        shown = slurm_engine.job(job_id)
+        assert (shown.state, shown.slurm.job_id) == ("queued", slurm_id), shown
+        assert shown.unsaved and "not yet saved" in shown.unsaved, shown
+        wait_for(lambda: runs_of(marker) == 1, 30, what="the job to run in Slurm")
+        db.execute("DROP TRIGGER refuse_sent")
+    finally:
+        db.close()
+    running = slurm_engine.wait_state(job_id, "running", timeout=30)
+    assert (running.slurm.job_id, running.unsaved) == (slurm_id, None), running
+    gate.touch()
+    (ended,) = slurm_engine.wait_all_done([job_id], timeout=60)
+    assert ended.state == "succeeded", ended
+    assert runs_of(marker) == 1
+
+
+def runs_of(marker: Path) -> int:
+    return len(marker.read_text().split()) if marker.exists() else 0
+
+
 REQUEUED_SCRIPT = (
     'echo "run restarts=${SLURM_RESTART_COUNT:-0} preempted=${GPUDESK_PREEMPTED:-0} '
     'signal=${GPUDESK_PREEMPT_SIGNAL:-none} attempt=$GPUDESK_ATTEMPT"; '

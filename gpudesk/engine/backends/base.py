@@ -69,7 +69,7 @@ class JobPart:
     """A backend's part of a job's reply (`JobView`): while it runs, where (`slot`, a label;
     `gpus`, `mode` and `mig_slice`, the same as data; `pgid`, its process group) and how long
     it has left (`remaining`: a job on Slurm has none, its progress is not read), its log, and
-    a Slurm job's `slurm`."""
+    a Slurm job's `slurm` (and `unsaved`: why its Slurm id is not saved yet, a full disk)."""
 
     slot: str | None = None
     gpus: tuple[int, ...] = ()
@@ -79,6 +79,7 @@ class JobPart:
     log: str | None = None
     slurm: SlurmJobView | None = None
     remaining: RemainingView | None = None
+    unsaved: str | None = None
 
 
 class JobsView(Protocol):

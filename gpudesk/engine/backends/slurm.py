@@ -99,6 +99,9 @@ class SlurmBackend:
         # requests whose sbatches are under way (their job ids) -> when their work's bound
         # passes: their intent rows are theirs to settle until then, not the poller's
         self.sending: dict[tuple[int, ...], float] = {}
+        # requests whose sbatches Slurm took but whose Slurm ids the store refused (a full
+        # disk): their job ids -> what Slurm answered, saved by `step` once the store takes it
+        self.unsaved: dict[tuple[int, ...], Sent] = {}
         self.started = time.time()  # a former engine's sbatch started before this
         self.fail_unrecorded()
         self.refresh()
@@ -256,8 +259,28 @@ class SlurmBackend:
         if sent.refused is not None:
             self.store.discard_jobs(ids)
             raise SubmitRefused(sent.refused)
+        try:
+            self._save_sent(sent)
+        except Exception as exc:
+            if not diskspace.is_full(exc, self.home.root):
+                raise
+            # Slurm has them whatever the store says, and refusing the request would have
+            # them sent twice: kept here (shown as sent, marked not yet saved) and saved by
+            # `step`; an engine stopped meanwhile adopts them as it does any intent row
+            self.unsaved[tuple(ids)] = sent
+            log.warning("job(s) %s: sent to Slurm, their Slurm ids not yet saved: %s", ids, exc)
+        for job_id, slurm_id in sent.ids:
+            log.info("job %d submitted to Slurm as %s", job_id, slurm_id)
+        self.refresh()
+        return [self.store.job(i) for i in ids]
+
+    def _save_sent(self, sent: Sent) -> None:
+        """What Slurm answered a request's sbatches, stored: safe to try again after a part
+        of it was refused (an intent row takes its id once; a job ends once)."""
         self.store.slurm_sent(sent.ids)
         for job_id, reason in sent.never:
+            if self.store.job(job_id).state.terminal:
+                continue
             self.store.slurm_ended(
                 job_id,
                 JobState.CANCELLED,
@@ -266,10 +289,17 @@ class SlurmBackend:
                 started_at=None,
                 ended_at=time.time(),
             )
-        for job_id, slurm_id in sent.ids:
-            log.info("job %d submitted to Slurm as %s", job_id, slurm_id)
-        self.refresh()
-        return [self.store.job(i) for i in ids]
+
+    def _save_unsaved(self) -> None:
+        """Save the Slurm ids the store refused at their submit; raises while it still does."""
+        for key, sent in list(self.unsaved.items()):
+            self._save_sent(sent)
+            del self.unsaved[key]
+            log.info("job(s) %s: their Slurm ids saved", list(key))
+
+    def unsaved_ids(self) -> dict[int, str]:
+        """Job id -> the Slurm id (its submission's) Slurm gave it that the store refused."""
+        return {job_id: sid for sent in self.unsaved.values() for job_id, sid in sent.ids}
 
     def check(
         self, specs: Sequence[JobSpec], base_env: Mapping[str, str] | None, owner: Identity
@@ -295,6 +325,7 @@ class SlurmBackend:
         jobs = jobs_by_id(self.store, [r.job_id for r in rows])
         now = time.monotonic()
         busy = {i for ids, bound in self.sending.items() if now < bound for i in ids}
+        busy.update(i for ids in self.unsaved for i in ids)  # followed once saved
         self.poller.watch(
             [
                 Watched(
@@ -360,9 +391,14 @@ class SlurmBackend:
                 row, job = rows.get(item.job_id), jobs.get(item.job_id)
                 if row is not None and job is not None:
                     changed |= self._apply(row, job, item)
-        if changed:
-            self.refresh()
-            self.due.mark()
+        try:
+            if self.unsaved:
+                self._save_unsaved()
+                changed = True
+        finally:
+            if changed:
+                self.refresh()
+                self.due.mark()
 
     def _apply(self, row: SlurmRow, job: JobRecord, heard: Heard) -> bool:
         if job.state.terminal:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from gpudesk import diskspace
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
 from gpudesk.core.job_edit import JobEdit
@@ -36,6 +38,14 @@ class SlurmView:
 
     def __init__(self, jobs: Sequence[JobRecord], backend: SlurmJobs) -> None:
         self.rows = backend.slurm.store.slurm_jobs([job.id for job in jobs])
+        # a job whose Slurm id the store refused (a full disk) shows as Slurm has it, marked
+        self.unsaved = backend.slurm.unsaved_ids()
+        for job_id, submission in self.unsaved.items():
+            row = self.rows.get(job_id)
+            if row is not None and row.sending:
+                self.rows[job_id] = replace(row, submission=submission, state="PENDING")
+        root = backend.slurm.home.root
+        self.unsaved_why = diskspace.unsaved_text(root) if self.unsaved else None
         rowless = [job for job in jobs if job.id not in self.rows]
         self.rowless: JobsView | None = backend.local.view(rowless) if rowless else None
 
@@ -53,6 +63,7 @@ class SlurmView:
             slot=slurm_views.slot(row) if job.state is JobState.RUNNING else None,
             log=row.output if job.attempts else None,
             slurm=slurm_views.slurm_view(row),
+            unsaved=self.unsaved_why if job.id in self.unsaved else None,
         )
 
     def wait_code(self, job: JobRecord) -> str | None:

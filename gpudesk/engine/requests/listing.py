@@ -160,6 +160,7 @@ class ListingRequests(Requests):
             loader=self.parts.loaders.loader_for(job.spec.dataset, job.spec.selection),
             slurm=part.slurm,
             remaining=part.remaining,
+            unsaved=part.unsaved,
         )
         live = self.parts.attempts.unsaved().get(job.id)
         return reply if live is None else unsaved_reply(reply, live)
