@@ -385,6 +385,33 @@ def test_a_submit_whose_slurm_id_the_store_refuses_is_sent_once_and_followed(
     assert runs_of(marker) == 1
 
 
+def test_a_cancel_before_the_slurm_id_is_stored_reaches_slurm_once_it_is(
+    slurm_engine: EngineHandle, tmp_path: Path
+) -> None:
+    """A job cancelled before its Slurm id is stored (while its sbatch runs; here while the
+    store refuses the id, as a full disk would) is cancelled in Slurm once the id is stored.
+    (Before, scancel was run with no id, and the job ran on while its cancel said
+    "cancelling".)"""
+    marker = tmp_path / "runs"
+    db = sqlite3.connect(slurm_engine.home.db, isolation_level=None)
+    try:
+        db.execute(
+            "CREATE TRIGGER refuse_sent BEFORE UPDATE OF submission ON slurm_jobs "
+            "WHEN OLD.submission = '' "
+            "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
+        )
+        command = ["sh", "-c", f"echo run >> {marker}; sleep 300"]
+        (job_id,) = _submit(slurm_engine, {"name": "cancelled-early", "command": command})
+        [cancel] = slurm_engine.api.cancel([job_id])
+        assert cancel.ok and "scancel once its submission to Slurm is recorded" in cancel.outcome
+        db.execute("DROP TRIGGER refuse_sent")
+    finally:
+        db.close()
+    (ended,) = slurm_engine.wait_all_done([job_id], timeout=60)
+    assert ended.state == "cancelled" and "cancelled by user" in ended.reason, ended
+    assert ended.slurm.state == "CANCELLED", ended
+
+
 def runs_of(marker: Path) -> int:
     return len(marker.read_text().split()) if marker.exists() else 0
 

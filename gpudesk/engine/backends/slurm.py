@@ -278,6 +278,7 @@ class SlurmBackend:
         """What Slurm answered a request's sbatches, stored: safe to try again after a part
         of it was refused (an intent row takes its id once; a job ends once)."""
         self.store.slurm_sent(sent.ids)
+        self._cancel_asked([job_id for job_id, _ in sent.ids])
         for job_id, reason in sent.never:
             if self.store.job(job_id).state.terminal:
                 continue
@@ -347,8 +348,20 @@ class SlurmBackend:
         if row is None:
             return "not a Slurm job"
         self.store.slurm_cancel_sent([job.id])
+        if row.sending:  # no Slurm id stored yet: scancel once there is (`_cancel_asked`)
+            return "cancelling (scancel once its submission to Slurm is recorded)"
         self.poller.cancel(row.conf, job.owner, [row.slurm_id], [job.id])
         return f"cancelling (scancel {row.slurm_id})"
+
+    def _cancel_asked(self, job_ids: Sequence[int]) -> None:
+        """scancel those of `job_ids` cancelled before their Slurm id was stored (while their
+        sbatch ran, or the store refused the id), now that it is."""
+        rows = [r for r in self.store.slurm_jobs(job_ids).values() if r.cancel_sent]
+        jobs = jobs_by_id(self.store, [r.job_id for r in rows])
+        for row in rows:
+            if not row.sending and row.job_id in jobs:
+                owner = jobs[row.job_id].owner
+                self.poller.cancel(row.conf, owner, [row.slurm_id], [row.job_id])
 
     def signal(self, job: JobRecord, name: str, by: str) -> tuple[str, bool]:
         """`scancel --signal` as the job's owner, on the poller's thread (what Slurm answers
@@ -474,6 +487,7 @@ class SlurmBackend:
         it as never sent. It is never run on the station."""
         if heard.sent is not None:
             self.store.slurm_sent([(row.job_id, heard.sent)])
+            self._cancel_asked([row.job_id])
             message = f"adopted Slurm job {heard.sent}, submitted before the engine restarted"
             log.info("job %d: %s", job.id, message)
             self.events.job(job.id, message)
