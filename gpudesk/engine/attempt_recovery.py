@@ -47,9 +47,11 @@ def recover(attempts: Attempts) -> tuple[int, int]:
         {(a.job_id, a.number) for a in attempts.store.live_attempts()}
     )
     if left:
-        attempts.store.add_event(
-            "cleanup", f"killed {left} leftover process(es) of attempts that were over"
-        )
+        log.info("killed %d leftover process(es) of attempts that were over", left)
+        with contextlib.suppress(sqlite3.Error):  # best effort: it must not stop a start
+            attempts.store.add_event(
+                "cleanup", f"killed {left} leftover process(es) of attempts that were over"
+            )
     return adopted, settled
 
 
@@ -116,12 +118,14 @@ def _recover_unrecorded(attempts: Attempts, live: LiveAttempt) -> str:
             return "settled"
         record = runner.read_wrapper(attempt.dir)
         child = f" (pid {record.child_pid})" if record and record.child_pid else ""
-        attempts.store.add_event(
-            "cleanup",
-            f"attempt {attempt.number}: its wrapper died after starting the command{child}, "
-            "while no engine ran, and left no exit record",
-            job_id=attempt.job_id,
-        )
+        # best effort: a refused event must not leave the attempt running for ever, unsettled
+        with contextlib.suppress(sqlite3.Error):
+            attempts.store.add_event(
+                "cleanup",
+                f"attempt {attempt.number}: its wrapper died after starting the command"
+                f"{child}, while no engine ran, and left no exit record",
+                job_id=attempt.job_id,
+            )
     attempts.settle(live, returncode=None)
     return "settled"
 

@@ -365,12 +365,20 @@ class Attempts:
             return
         live.timed_out = True
         self.terminate(live, DEFAULT_CANCEL_GRACE_S)
-        self.store.add_event(
-            "time_limit",
-            f"time limit of {limit:g} s reached: SIGTERM, then SIGKILL after "
-            f"{DEFAULT_CANCEL_GRACE_S:g} s",
-            job_id=live.attempt.job_id,
-        )
+        try:
+            self.store.add_event(
+                "time_limit",
+                f"time limit of {limit:g} s reached: SIGTERM, then SIGKILL after "
+                f"{DEFAULT_CANCEL_GRACE_S:g} s",
+                job_id=live.attempt.job_id,
+            )
+        except sqlite3.Error as exc:
+            # best effort, as every event: the job is stopped all the same and its end says
+            # the time limit; a refused event must not cut short this turn's check of the
+            # other attempts (a full disk is said once the turn is over, as a settle's)
+            log.warning("job %d: its time limit event was not stored: %s", live.attempt.job_id, exc)
+            if diskspace.is_full(exc, self.home.root):
+                self.disk_full = exc
 
     def terminate(self, live: LiveAttempt, grace: float, resume: Resume | None = None) -> None:
         """SIGTERM to every process of the attempt (its cgroup's, else its process group's);

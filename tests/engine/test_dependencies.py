@@ -5,6 +5,7 @@ with the job's status."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -234,3 +235,25 @@ after = "prep"
     shown = engine.show("report").job
     assert shown.reason.endswith("(train-2), which it runs after, failed; this job never ran")
     assert shown.spec.after == [jobs["train-1"]["id"], jobs["train-2"]["id"]]
+
+
+def test_a_time_limit_stops_the_job_when_its_event_is_refused(engine: EngineHandle) -> None:
+    """The store refuses the "time_limit" event (a real SQLite trigger): the job is stopped
+    and failed as timed out all the same, and no engine step fails over it. (Before, the
+    refused event cut that turn's check short, logged as a failed engine step.)"""
+    db = sqlite3.connect(engine.home.db, isolation_level=None)
+    try:
+        db.execute(
+            "CREATE TRIGGER refuse_limit BEFORE INSERT ON events WHEN NEW.kind = 'time_limit' "
+            "BEGIN SELECT RAISE(ABORT, 'the store refuses the event'); END"
+        )
+    finally:
+        db.close()
+    job = submitted_id(gpudesk("submit", "--time", "1s", "--", "sleep", "30"))
+    assert gpudesk("wait", str(job)).returncode != 0
+    shown = engine.show(job)
+    assert shown.job.reason is not None and shown.job.reason.startswith("timed out: ran past")
+    assert not any(e.kind == "time_limit" for e in shown.events)
+    said = engine.home.engine_log.read_text()
+    assert "its time limit event was not stored" in said
+    assert "engine step failed" not in said

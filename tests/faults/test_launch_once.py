@@ -139,3 +139,30 @@ def test_a_wrapper_that_died_after_starting_the_command_is_not_started_again(
         5.0,
         what="the orphaned command to be killed",
     )
+
+
+def test_a_wrapper_that_died_after_starting_the_command_is_settled_when_its_event_is_refused(
+    crashed: dict,
+) -> None:
+    """The same, with the store refusing the "cleanup" event recovery writes about it (a real
+    SQLite trigger). The event is best effort; the attempt's end is not: it is settled, failed,
+    once. (Before, the refused event kept it from being settled, and the job was shown running
+    until the next engine start.)"""
+    engine, job_id, wrapper, ran = (crashed[k] for k in ("engine", "job", "wrapper", "ran"))
+    os.kill(wrapper.pid, signal.SIGCONT)
+    wait_for(lambda: runs(ran) == 1, 10.0, what="the command to run")
+    wrapper.kill()
+    wait_for(lambda: not wrapper.is_running(), 5.0, what="the wrapper to die")
+    db = sqlite3.connect(engine.home.db, isolation_level=None)
+    try:
+        db.execute(
+            "CREATE TRIGGER refuse_cleanup BEFORE INSERT ON events WHEN NEW.kind = 'cleanup' "
+            "BEGIN SELECT RAISE(ABORT, 'the store refuses the event'); END"
+        )
+    finally:
+        db.close()
+    engine.start()
+    job = engine.wait_state(job_id, {"succeeded", "failed", "cancelled"})
+    crashed["gate"].touch()
+    assert (job.state, job.attempts) == ("failed", 1)
+    assert runs(ran) == 1, "the command was started again"
