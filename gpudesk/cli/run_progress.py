@@ -18,7 +18,7 @@ class Progress:
 
     def __init__(self, stream: TextIO, live: bool) -> None:
         self.stream = stream
-        self.seen: dict[int, tuple[str, int]] = {}
+        self.seen: dict[int, tuple[str, int, str | None]] = {}
         self.live = None
         if live:
             from rich.console import Console
@@ -40,7 +40,7 @@ class Progress:
             self.live.update(self._table(jobs, rows=console.height - 4, width=console.width))
             return
         for job in jobs:
-            key = (job.state, job.attempts)
+            key = (job.state, job.attempts, job.unsaved)
             if self.seen.get(job.id) == key:
                 continue
             self.seen[job.id] = key
@@ -49,6 +49,8 @@ class Progress:
                 detail = f" on {job.slot} (attempt {job.attempts})" if job.slot else ""
             elif job.terminal or job.attempts:
                 detail = f": {job.reason}" if job.reason else ""
+            if job.unsaved:  # a full disk: shown as it is, not yet in the store
+                detail += f" [{job.unsaved}]"
             print(
                 f"{render.clock(time.time())}  {job.name}  {job.state}{detail}",
                 file=self.stream,
@@ -67,7 +69,10 @@ class Progress:
         rank = {"running": 0, "suspended": 0, "queued": 1}
         ordered = sorted(jobs, key=lambda j: (rank.get(j.state, 2), j.id))
         shown = ordered[: max(5, rows)]
-        caption = f"… and {len(jobs) - len(shown)} more" if len(shown) < len(jobs) else None
+        more = f"… and {len(jobs) - len(shown)} more" if len(shown) < len(jobs) else None
+        # as `queue` marks it: the store cannot take the job's state yet (a full disk)
+        unsaved = next((f"* {j.unsaved}" for j in shown if j.unsaved), None)
+        caption = "\n".join(line for line in (more, unsaved) if line) or None
         ids = [str(j.id) for j in shown]
         times = [render.duration(render.runtime(j.started_at, j.ended_at)) for j in shown]
         outputs = [render.last_line(j.log) if j.state == "running" else "" for j in shown]
@@ -110,7 +115,7 @@ class Progress:
             table.add_row(
                 job_id,
                 Text(name),
-                Text(job.state, style=colors.get(job.state, "")),
+                Text(job.state + ("*" if job.unsaved else ""), style=colors.get(job.state, "")),
                 took,
                 *([Text(render.clip(output, output_width))] if output_width else []),
             )

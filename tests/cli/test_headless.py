@@ -63,6 +63,24 @@ def test_live_table_shows_running_first_and_fits_the_screen() -> None:
     assert lines[-1] == "… and 26 more"
 
 
+def test_progress_marks_a_job_whose_state_the_store_cannot_take_yet() -> None:
+    """A full disk: a job shown as it is, not yet saved (a Slurm id the store refused, an end
+    waiting to be saved) is marked in the plain lines and in the live table, as `queue` does."""
+    why = "not yet saved: the disk holding gpudesk's state folder (/h, 0 KiB free) is full"
+    stream = io.StringIO()
+    progress = Progress(stream, live=False)
+    progress.update([job(1, "queued", attempts=0, unsaved=why)])
+    progress.update([job(1, "queued", attempts=0)])  # saved: said again, unmarked
+    first, second = stream.getvalue().splitlines()
+    assert first.endswith(f"j1  queued [{why}]") and second.endswith("j1  queued"), stream
+    table = progress._table([job(1, "succeeded", unsaved=why)], rows=6, width=120)
+    out = io.StringIO()
+    Console(file=out, width=120).print(table)
+    lines = [line.rstrip() for line in out.getvalue().splitlines()]
+    assert lines[2].split()[:3] == ["1", "j1", "succeeded*"]
+    assert " ".join(" ".join(lines[3:]).split()) == f"* {why}"  # the caption, wrapped
+
+
 def sweep_report(ranking: ReportConfig | None) -> RunReport:
     home = "/very/long/state/folder/of/a/group/that/shares/one/gpu/server/gpudesk/jobs"
     jobs = [
