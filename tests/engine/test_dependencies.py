@@ -5,13 +5,13 @@ with the job's status."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import EngineHandle, wait_for
+from store_refusal import store_refusing
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
 
@@ -241,16 +241,10 @@ def test_a_time_limit_stops_the_job_when_its_event_is_refused(engine: EngineHand
     """The store refuses the "time_limit" event (a real SQLite trigger): the job is stopped
     and failed as timed out all the same, and no engine step fails over it. (Before, the
     refused event cut that turn's check short, logged as a failed engine step.)"""
-    db = sqlite3.connect(engine.home.db, isolation_level=None)
-    try:
-        db.execute(
-            "CREATE TRIGGER refuse_limit BEFORE INSERT ON events WHEN NEW.kind = 'time_limit' "
-            "BEGIN SELECT RAISE(ABORT, 'the store refuses the event'); END"
-        )
-    finally:
-        db.close()
-    job = submitted_id(gpudesk("submit", "--time", "1s", "--", "sleep", "30"))
-    assert gpudesk("wait", str(job)).returncode != 0
+    refused = "BEFORE INSERT ON events WHEN NEW.kind = 'time_limit'"
+    with store_refusing(engine.home.db, refused, "the store refuses the event"):
+        job = submitted_id(gpudesk("submit", "--time", "1s", "--", "sleep", "30"))
+        assert gpudesk("wait", str(job)).returncode != 0
     shown = engine.show(job)
     assert shown.job.reason is not None and shown.job.reason.startswith("timed out: ran past")
     assert not any(e.kind == "time_limit" for e in shown.events)

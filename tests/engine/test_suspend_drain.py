@@ -6,7 +6,6 @@ goes on; a drained station starts nothing new until undrained, across a restart 
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import EngineHandle, processes_in_group, refuses, wait_for
+from store_refusal import store_refusing
 
 from gpudesk.api.errors import EngineError
 
@@ -135,21 +135,14 @@ def test_a_cancel_the_store_refuses_leaves_a_suspended_job_as_it_was(
     job_id, pgid = running_job(engine, job, count)
     engine.api.suspend([job_id])
     wait_for(lambda: states(pgid) == {"T"}, what="the job to be stopped")
-    db = sqlite3.connect(engine.home.db, isolation_level=None)
-    try:
-        db.execute(
-            "CREATE TRIGGER refuse_resume BEFORE UPDATE OF suspended_s ON attempts "
-            "BEGIN SELECT RAISE(ABORT, 'the store refuses the resume'); END"
-        )
+    refused = "BEFORE UPDATE OF suspended_s ON attempts"
+    with store_refusing(engine.home.db, refused, "the store refuses the resume"):
         with pytest.raises(EngineError):
             engine.api.cancel([job_id], grace=60)
         assert states(pgid) == {"T"}  # no SIGCONT reached it
         view = engine.job(job_id)
         assert (view.state, view.cancel_requested) == ("suspended", False), view
         assert "cancel" not in [e.kind for e in engine.show(job_id).events]
-        db.execute("DROP TRIGGER refuse_resume")
-    finally:
-        db.close()
     engine.api.cancel([job_id], grace=60)  # no SIGKILL within the test: SIGTERM must reach it
     ended = engine.wait_state(job_id, "cancelled")
     assert ended.exit_code == 7  # its TERM trap ran, once

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import EngineHandle, wait_for
+from store_refusal import store_refusing
 
 from gpudesk.engine import faults
 from gpudesk.paths import Home
@@ -153,16 +154,10 @@ def test_a_wrapper_that_died_after_starting_the_command_is_settled_when_its_even
     wait_for(lambda: runs(ran) == 1, 10.0, what="the command to run")
     wrapper.kill()
     wait_for(lambda: not wrapper.is_running(), 5.0, what="the wrapper to die")
-    db = sqlite3.connect(engine.home.db, isolation_level=None)
-    try:
-        db.execute(
-            "CREATE TRIGGER refuse_cleanup BEFORE INSERT ON events WHEN NEW.kind = 'cleanup' "
-            "BEGIN SELECT RAISE(ABORT, 'the store refuses the event'); END"
-        )
-    finally:
-        db.close()
-    engine.start()
-    job = engine.wait_state(job_id, {"succeeded", "failed", "cancelled"})
+    refused = "BEFORE INSERT ON events WHEN NEW.kind = 'cleanup'"
+    with store_refusing(engine.home.db, refused, "the store refuses the event"):
+        engine.start()
+        job = engine.wait_state(job_id, {"succeeded", "failed", "cancelled"})
     crashed["gate"].touch()
     assert (job.state, job.attempts) == ("failed", 1)
     assert runs(ran) == 1, "the command was started again"

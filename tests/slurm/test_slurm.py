@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle, wait_for
 from slurm_cluster import SlurmCluster, engine_on, missing_reason, running_cluster
+from store_refusal import store_refusing
 
 from gpudesk.api.errors import EngineError
 
@@ -326,16 +326,8 @@ def test_a_signal_reaches_a_slurm_job_and_suspend_is_refused(slurm_engine: Engin
     assert not suspended.ok and "scontrol suspend" in suspended.outcome
     # the store refuses the event saying so, as a full disk would: sent all the same (as the
     # station's jobs are), and the reply says it is not in the job's events
-    db = sqlite3.connect(slurm_engine.home.db, isolation_level=None)
-    try:
-        db.execute(
-            "CREATE TRIGGER refuse_signal BEFORE INSERT ON events WHEN NEW.kind = 'signal' "
-            "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
-        )
+    with store_refusing(slurm_engine.home.db, "BEFORE INSERT ON events WHEN NEW.kind = 'signal'"):
         sent = _cli("cancel", "--signal", "USR1", str(job_id))
-        db.execute("DROP TRIGGER refuse_signal")
-    finally:
-        db.close()
     assert sent.returncode == 0, sent.stderr
     assert "scancel --signal=USR1" in sent.stdout
     assert "(not in its events: the disk holding gpudesk's state folder" in sent.stdout
@@ -344,6 +336,10 @@ def test_a_signal_reaches_a_slurm_job_and_suspend_is_refused(slurm_engine: Engin
     assert slurm_engine.job(job_id).state == "running"
     slurm_engine.api.cancel([job_id])
     slurm_engine.wait_all_done([job_id], timeout=60)
+
+
+# the store refusing the Slurm id sbatch gave a job (its intent row's first submission)
+REFUSE_SLURM_ID = "BEFORE UPDATE OF submission ON slurm_jobs WHEN OLD.submission = ''"
 
 
 def test_a_submit_whose_slurm_id_the_store_refuses_is_sent_once_and_followed(
@@ -357,13 +353,7 @@ def test_a_submit_whose_slurm_id_the_store_refuses_is_sent_once_and_followed(
     job, and gpudesk showed it being submitted for ever.)"""
     marker, gate = tmp_path / "runs", tmp_path / "gate"
     script = f"echo run >> {marker}; while [ ! -e {gate} ]; do sleep 0.1; done"
-    db = sqlite3.connect(slurm_engine.home.db, isolation_level=None)
-    try:
-        db.execute(
-            "CREATE TRIGGER refuse_sent BEFORE UPDATE OF submission ON slurm_jobs "
-            "WHEN OLD.submission = '' "
-            "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
-        )
+    with store_refusing(slurm_engine.home.db, REFUSE_SLURM_ID):
         done = _cli("submit", "--on", "slurm", "--name", "unsaved-id", "--", "sh", "-c", script)
         assert done.returncode == 0, done.stdout + done.stderr
         said = re.search(r"submitted job (\d+) \(unsaved-id\) as Slurm job (\d+) on ", done.stdout)
@@ -374,9 +364,6 @@ def test_a_submit_whose_slurm_id_the_store_refuses_is_sent_once_and_followed(
         assert (shown.state, shown.slurm.job_id) == ("queued", slurm_id), shown
         assert shown.unsaved and "not yet saved" in shown.unsaved, shown
         wait_for(lambda: runs_of(marker) == 1, 30, what="the job to run in Slurm")
-        db.execute("DROP TRIGGER refuse_sent")
-    finally:
-        db.close()
     running = slurm_engine.wait_state(job_id, "running", timeout=30)
     assert (running.slurm.job_id, running.unsaved) == (slurm_id, None), running
     gate.touch()
@@ -393,20 +380,11 @@ def test_a_cancel_before_the_slurm_id_is_stored_reaches_slurm_once_it_is(
     (Before, scancel was run with no id, and the job ran on while its cancel said
     "cancelling".)"""
     marker = tmp_path / "runs"
-    db = sqlite3.connect(slurm_engine.home.db, isolation_level=None)
-    try:
-        db.execute(
-            "CREATE TRIGGER refuse_sent BEFORE UPDATE OF submission ON slurm_jobs "
-            "WHEN OLD.submission = '' "
-            "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END"
-        )
+    with store_refusing(slurm_engine.home.db, REFUSE_SLURM_ID):
         command = ["sh", "-c", f"echo run >> {marker}; sleep 300"]
         (job_id,) = _submit(slurm_engine, {"name": "cancelled-early", "command": command})
         [cancel] = slurm_engine.api.cancel([job_id])
         assert cancel.ok and "scancel once its submission to Slurm is recorded" in cancel.outcome
-        db.execute("DROP TRIGGER refuse_sent")
-    finally:
-        db.close()
     (ended,) = slurm_engine.wait_all_done([job_id], timeout=60)
     assert ended.state == "cancelled" and "cancelled by user" in ended.reason, ended
     assert ended.slurm.state == "CANCELLED", ended
