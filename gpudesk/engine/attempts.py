@@ -373,9 +373,8 @@ class Attempts:
                 job_id=live.attempt.job_id,
             )
         except sqlite3.Error as exc:
-            # best effort, as every event: the job is stopped all the same and its end says
-            # the time limit; a refused event must not cut short this turn's check of the
-            # other attempts (a full disk is said once the turn is over, as a settle's)
+            # best effort, as every event: the job is stopped, its end says why; the turn's
+            # check of the others goes on (a full disk said after it, as a settle's)
             log.warning("job %d: its time limit event was not stored: %s", live.attempt.job_id, exc)
             if diskspace.is_full(exc, self.home.root):
                 self.disk_full = exc
