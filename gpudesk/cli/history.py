@@ -34,12 +34,13 @@ from gpudesk.text import printable_line
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
-    from gpudesk.api.models import JobView
+    from gpudesk.api.models import JobStateName, JobView
     from gpudesk.plots.common import PlotTarget
 
 history_app = typer.Typer()
 
 FORMATS = ("table", "csv", "json", "codecarbon")  # codecarbon: gpudesk.cli.emissions
+FINISHED: list[JobStateName] = ["succeeded", "failed", "cancelled"]
 
 
 @dataclass(frozen=True)
@@ -299,11 +300,13 @@ def history(
         if machine:
             _print_rows([], output_format, wide=wide, since=since)
         return
-    jobs, simulated = _finished_jobs(
+    jobs, simulated, cut = _finished_jobs(
         client, owner, start, limit, codecarbon_to=output, codecarbon=output_format == "codecarbon"
     )
     rows = [history_row(job, simulated) for job in jobs]
     _print_rows(rows, output_format, wide=wide, since=since, simulated=simulated)
+    if cut:  # after the table, as queue says it; beside machine output, on stderr
+        print(cut, file=sys.stdout if output_format == "table" else sys.stderr)
     if target is not None:
         whose = f", user {user}" if user else ", my jobs" if me else ""
         _plot_history(
@@ -324,14 +327,15 @@ def _finished_jobs(
     *,
     codecarbon: bool,
     codecarbon_to: Path | None,
-) -> tuple[list[JobView], str | None]:
-    """The newest finished jobs (archived ones too) that ended since `start`, and the station's
-    backend where its GPUs are simulated; with --format codecarbon, written as emissions while
-    the engine's station is at hand."""
+) -> tuple[list[JobView], str | None, str | None]:
+    """The newest finished jobs (archived ones too) that ended since `start`, the station's
+    backend where its GPUs are simulated, and what `limit` left out (None: nothing that could
+    match); with --format codecarbon, written as emissions while the engine's station is at
+    hand."""
     with client:
         # archived jobs too: history is accounting, the whole store's
         listing = client.job_listing(
-            states=["succeeded", "failed", "cancelled"],
+            states=FINISHED,
             limit=limit,
             usage=True,
             user=owner,
@@ -342,6 +346,11 @@ def _finished_jobs(
         jobs = [
             j for j in jobs if start is None or (j.ended_at is not None and j.ended_at >= start)
         ]
+        cut = None
+        # a sum over a cut listing is wrong, so the cut is said; not where --since already
+        # dropped some of it: the listing reached back past `start`
+        if listing.more and len(jobs) == len(listing.jobs):
+            cut = _cut(client, owner, len(jobs) + len(listing.damaged), start is not None)
         if codecarbon:
             from gpudesk.cli import emissions
 
@@ -349,7 +358,16 @@ def _finished_jobs(
                 emissions.report(client, jobs, codecarbon_to)
             except emissions.EmissionsFileError as exc:
                 fail(str(exc))
-    return jobs, listing.simulated
+    return jobs, listing.simulated, cut
+
+
+def _cut(client: Client, owner: str | int | None, listed: int, since: bool) -> str:
+    """What a --limit that cut the listing left out, as `queue` says it."""
+    total = client.jobs_page(states=FINISHED, limit=1, user=owner, archived=True, count=True).total
+    older = f"{total - listed} older jobs" if total else "older jobs"
+    if since:
+        return f"… and {older} not looked at (some may have ended since); --limit N looks further"
+    return f"… and {older} not shown; --limit N shows more"
 
 
 def _print_rows(

@@ -7,6 +7,7 @@ after `[station] keep_finished_days` while history still sees them."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -203,6 +204,34 @@ def test_finished_jobs_are_archived_out_of_the_live_listings_but_history_sees_th
     code, out, err = gpudesk("queue", "--all", "--json")
     assert code == 0, err
     assert '"recent"' in out and '"old"' not in out
+
+
+def test_history_says_what_its_limit_left_out(
+    home: Home, engine: EngineHandle, gpudesk: Run
+) -> None:
+    """A sysadmin summing a week's GPU-hours from `history --since 7d --format csv` got the
+    newest 1,000 jobs (the default --limit) and no word that more had ended: history now says
+    what its limit cut, as queue does (on stderr beside CSV and JSON)."""
+    engine.stop()
+    _store_made(home)
+    old = fill_jobs(home.db, finished=60, ended_at=time.time() - 2 * DAY_S, name="old")
+    recent = fill_jobs(home.db, finished=990, name="recent")
+    engine.start()
+
+    code, out, err = gpudesk("history")
+    assert code == 0, err
+    assert out.splitlines()[-1] == "… and 50 older jobs not shown; --limit N shows more"
+    code, out, err = gpudesk("history", "--since", "1h", "--format", "csv", "--limit", "500")
+    assert code == 0, err
+    assert len(out.splitlines()) == 1 + 500
+    assert "… and 550 older jobs not looked at (some may have ended since)" in err
+    # the listing reached back past --since (it dropped the old jobs): nothing to say
+    code, out, err = gpudesk("history", "--since", "1d", "--format", "json")
+    assert code == 0, err
+    assert len(json.loads(out)["jobs"]) == len(recent) and err == ""
+    code, out, err = gpudesk("history", "--limit", "2000", "--format", "csv")
+    assert code == 0, err
+    assert len(out.splitlines()) == 1 + len(old) + len(recent) and err == ""
 
 
 def test_show_spells_out_a_commands_workdirs_and_environments_escape_sequences(
