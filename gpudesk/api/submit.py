@@ -31,8 +31,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from gpudesk.api.errors import EngineError, job_refusal
+from gpudesk.core.field_checks import reads_as_job_id
 from gpudesk.core.jobs import JobSpec
-from gpudesk.core.protocol import UNKNOWN_OP
+from gpudesk.core.protocol import MAX_ROW_ID, UNKNOWN_OP
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -244,6 +245,20 @@ def said_at_their_tables(
             raise
         where = origin.said(jobs[which].name, refused.field)
         raise EngineError(f"{where}: {refused.rest}", exc.code) from None
+
+
+def waited_ids(client: Client, refs: Sequence[str]) -> list[int]:
+    """The jobs `refs` name, each once, in the order given; every one resolved before any is
+    waited for: one unknown job, and none is. Ids are checked in one listing (a `show` each
+    costs the engine a job's whole detail, why it waits included: 10 s for 3,000 queued jobs);
+    a name, or an id the listing lacks, is asked by `show`, whose refusal says why."""
+    numbers = [int(ref) for ref in refs if reads_as_job_id(ref) and int(ref) <= MAX_ROW_ID]
+    listed = {job.id for job in client.jobs(ids=numbers, usage=False)} if numbers else set()
+    ids: dict[int, None] = {}
+    for ref in refs:
+        number = int(ref) if reads_as_job_id(ref) else None
+        ids[number if number in listed else client.show(ref).job.id] = None
+    return list(ids)
 
 
 def wait_for_jobs(

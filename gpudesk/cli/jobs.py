@@ -449,15 +449,11 @@ def wait(
 ) -> None:
     """Wait until jobs end; exit 0 if all succeeded, else with the status of the first one
     (in the order given) that did not: its exit code, 128+N if signal N killed it, or 1."""
-    from gpudesk.api.submit import WaitStopped, wait_for_jobs
+    from gpudesk.api.submit import WaitStopped, wait_for_jobs, waited_ids
 
     deadline = None if timeout is None else time.monotonic() + timeout
     with reading_client(jobs[0]) as client:
-        ids: list[int] = []
-        for ref in jobs:  # every job resolved first: one unknown job, and none is waited for
-            job_id = client.show(ref).job.id
-            if job_id not in ids:
-                ids.append(job_id)
+        ids = waited_ids(client, jobs)
         try:
             ended = wait_for_jobs(
                 client,

@@ -234,6 +234,31 @@ def test_history_says_what_its_limit_left_out(
     assert len(out.splitlines()) == 1 + len(old) + len(recent) and err == ""
 
 
+def test_wait_on_many_ids_reads_them_in_one_listing_not_a_show_each(
+    home: Home, engine: EngineHandle, gpudesk: Run
+) -> None:
+    """`gpudesk wait` on 3,000 queued jobs asked the engine for each one's whole detail (a
+    `show`, why it waits included) before it began to wait: 10 s. Ids are checked in one
+    listing; a name, and an id no job has, are still asked one by one and said as before."""
+    engine.stop()
+    _store_made(home)
+    ids = fill_jobs(home.db, finished=300, name="done")
+    engine.start()
+    requests = engine.api.status().loop
+    assert requests is not None
+
+    code, out, err = gpudesk("wait", *map(str, ids), str(ids[0]), "done")
+    assert code == 1, err  # the first that did not succeed: ids[1], failed with exit code 1
+    assert len(out.splitlines()) == len(ids), "each job once, an id named twice too"
+    after = engine.api.status().loop
+    assert after is not None
+    # the listing of 300 ids (3 pages), a show for the name, the statuses: not 300 shows
+    assert after.requests - requests.requests < 20
+
+    code, out, err = gpudesk("wait", str(ids[0]), "999999", str(ids[1]))
+    assert code != 0 and "999999" in err and out == "", "an unknown id: none is waited for"
+
+
 def test_show_spells_out_a_commands_workdirs_and_environments_escape_sequences(
     engine: EngineHandle, gpudesk: Run, tmp_path: Path
 ) -> None:
