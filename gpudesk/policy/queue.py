@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from gpudesk.core.records import JobRecord
@@ -22,6 +23,9 @@ class JobQueue:
     def __init__(self, jobs: Iterable[JobRecord] = ()) -> None:
         self._jobs: dict[int, JobRecord] = {}
         self._keys: list[tuple[int, int]] = []
+        # owner uid -> how many of the queue's jobs are hers: `[station] max_queued_per_user`
+        # is checked per job of a request (a requeue of 1,000), too often for a scan each
+        self._owned: Counter[int] = Counter()
         # queued job id -> the job it waits for (`after`), as the scheduler last found it
         self.blocked: dict[int, JobRecord] = {}
         for job in jobs:
@@ -31,6 +35,7 @@ class JobQueue:
         """The queue becomes exactly `jobs` (the store's queued jobs, after a restart)."""
         self._jobs.clear()
         self._keys.clear()
+        self._owned.clear()
         for job in jobs:
             self.add(job)
 
@@ -41,6 +46,7 @@ class JobQueue:
             self.remove(job.id)
         self._jobs[job.id] = job
         bisect.insort(self._keys, order_key(job))
+        self._owned[job.owner.uid] += 1
 
     def remove(self, job_id: int) -> JobRecord | None:
         job = self._jobs.pop(job_id, None)
@@ -48,7 +54,12 @@ class JobQueue:
             key = order_key(job)
             index = bisect.bisect_left(self._keys, key)
             del self._keys[index]
+            self._owned[job.owner.uid] -= 1
         return job
+
+    def owned_by(self, uid: int) -> int:
+        """How many of the queue's jobs (held ones included) `uid` owns."""
+        return self._owned[uid]
 
     def get(self, job_id: int) -> JobRecord | None:
         return self._jobs.get(job_id)

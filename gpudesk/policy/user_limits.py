@@ -35,7 +35,7 @@ DEFAULT_PRIORITY = 0  # JobSpec's default: the highest a member may give her own
 
 def queued_count(queue: JobQueue, uid: int) -> int:
     """How many of `uid`'s jobs are in the queue now, held and waiting ones included."""
-    return sum(1 for job in queue.ordered() if job.owner.uid == uid)
+    return queue.owned_by(uid)
 
 
 def queued_refusal(
