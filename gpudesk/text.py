@@ -120,6 +120,18 @@ def printable_line(text: str) -> str:
     )
 
 
+def quoted(text: str) -> str:
+    """A value someone gave, quoted in a message: `'a\\xffb\\x1b[2J'` (`printable_line`'s
+    spelling, where Python's repr would say `'a\\udcffb…'`)."""
+    return f"'{printable_line(text)}'"
+
+
+def printable_message(text: str) -> str:
+    """A message of one or more lines (an error paragraph, which may quote a path or a value
+    a user gave) safe to show: each line as `printable_line` spells it, the newlines kept."""
+    return "\n".join(printable_line(line) for line in text.split("\n"))
+
+
 def is_text(text: str) -> bool:
     """Is `text` valid Unicode (no lone surrogate)? What a name or a label must be."""
     return text.isascii() or _SURROGATE.search(text) is None

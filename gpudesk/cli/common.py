@@ -11,6 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from gpudesk.text import quoted
 
 if TYPE_CHECKING:
     import typer
@@ -151,7 +152,7 @@ def factory_kwargs(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.isidentifier():
-            raise typer.BadParameter(f"{pair!r}: expected key=value", param_hint="--arg")
+            raise typer.BadParameter(f"{quoted(pair)}: expected key=value", param_hint="--arg")
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -194,7 +195,7 @@ def target_cluster(
     Slurm cluster with --partition/--account/--qos laid over the profile's. A bad value is a
     usage error (exit 2)."""
     if on not in (None, "station", "slurm"):
-        fail(f"--on: expected station or slurm, found {on!r}", EXIT_USAGE)
+        fail(f"--on: expected station or slurm, found {quoted(on)}", EXIT_USAGE)
     given = {"partition": partition, "account": account, "qos": qos}
     if on == "station" or (on is None and profile_cluster is None):
         named = [f"--{k}" for k, v in given.items() if v is not None]

@@ -38,6 +38,7 @@ from gpudesk.profile import Profile
 from gpudesk.results import last_result, metrics_of
 from gpudesk.selection.cache import SelectionCache
 from gpudesk.selection.preset_names import Preset, PresetError, parse_preset
+from gpudesk.text import quoted
 from gpudesk.workloads.common import ENV_SEED, ENV_SPLIT
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ def plan(
     config = profile.datasets.get(spec.dataset or "")
     if config is None or config.loader is None:
         raise CompareError(
-            f"dataset {spec.dataset!r} has no factory: the comparison serves it "
+            f"dataset {quoted(spec.dataset or '')} has no factory: the comparison serves it "
             "through a shared loader, so its [datasets] table needs one"
         )
     loader = config.loader
@@ -156,7 +157,7 @@ def _training_job(profile: Profile, job: str | None) -> JobSpec:
     if job is not None:
         readers = [spec for spec in readers if spec.name == job]
         if not readers:
-            raise CompareError(f"--job: the profile has no job {job!r} that reads a dataset")
+            raise CompareError(f"--job: the profile has no job {quoted(job)} that reads a dataset")
     if not readers:
         raise CompareError(
             f"{profile.path}: no job reads a dataset; give the training job "
@@ -177,7 +178,7 @@ def _first_split(loader: DatasetSpec, splits: int, targeted: bool) -> int:
     if isinstance(first, bool) or not isinstance(first, int) or first < 0:
         raise CompareError(
             f"[datasets.{loader.name}] args: {SPLIT_ARG} must be a whole number >= 0, "
-            f"found {first!r}"
+            f"found {quoted(first)}"
         )
     if splits > 1 and SPLIT_ARG not in loader.args:
         raise CompareError(
@@ -352,7 +353,7 @@ class Comparison:
         elif self.plan.metric not in metrics:
             trial.problems.append(
                 f"{trial.label}: training job {job_id} printed no `result {{json}}` line with "
-                f"{self.plan.metric!r}"
+                f"{quoted(self.plan.metric)}"
             )
         else:
             trial.quality = metrics[self.plan.metric]

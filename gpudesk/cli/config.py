@@ -34,6 +34,7 @@ from gpudesk.cli.common import CliError
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.core.field_checks import describe
 from gpudesk.named_file import FileTooLarge, read_named
+from gpudesk.text import quoted
 
 CONFIG_ENV = "GPUDESK_CONFIG"
 DefaultMap = dict[str, Any]
@@ -213,7 +214,8 @@ def _fill(
     if command is None:
         known = ", ".join(sorted(commands)) or "none"
         raise CliError(
-            f"{path}: [{where}]: gpudesk has no command {name!r} here (it has: {known})", EXIT_USAGE
+            f"{path}: [{where}]: gpudesk has no command {quoted(name)} here (it has: {known})",
+            EXIT_USAGE,
         )
     own: DefaultMap = {}
     into[name] = own

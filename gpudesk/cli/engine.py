@@ -12,6 +12,7 @@ import typer
 from gpudesk.cli.common import current_home, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_USAGE
 from gpudesk.paths import SYSTEM_ADMIN_GROUP, SYSTEM_GROUP, SYSTEM_SOCKET, SYSTEM_STATE_DIR
+from gpudesk.text import quoted
 
 if TYPE_CHECKING:
     from gpudesk.api.models import LoopTimingView, StationStatus
@@ -141,7 +142,9 @@ def _settings_table(pairs: list[str]) -> dict[str, object]:
         key, sep, raw = pair.partition("=")
         key = key.strip()
         if not sep or not key:
-            fail(f"expected KEY=VALUE, found {pair!r} (e.g. metrics_listen=127.0.0.1:9400)", 2)
+            fail(
+                f"expected KEY=VALUE, found {quoted(pair)} (e.g. metrics_listen=127.0.0.1:9400)", 2
+            )
         value: object = None
         if raw.strip():
             try:

@@ -22,7 +22,7 @@ import typer
 from gpudesk.cli.common import cluster_with_options, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from gpudesk.cli.report_file import gpudesk_homes, home_holding
-from gpudesk.text import printable_line
+from gpudesk.text import printable_line, quoted
 
 if TYPE_CHECKING:
     from gpudesk.core.cluster import ClusterSpec
@@ -100,7 +100,8 @@ def _offer(cluster: ClusterSpec, ask: bool | None) -> tuple[GresOffer, str, str 
             known = commands.partitions()
             if cluster.partition not in known:
                 fail(
-                    f"the cluster ({commands.conf}) has no partition {cluster.partition!r}; it "
+                    f"the cluster ({commands.conf}) has no partition "
+                    f"{quoted(cluster.partition)}; it "
                     f"has {', '.join(repr(p) for p in known) or 'none'} (sinfo -s lists them). "
                     "Set [cluster] partition or --partition to one of them, or leave it out for "
                     "the cluster's default. Nothing was written.",

@@ -1,6 +1,8 @@
 """How every command reports a failure it expects: one `error:` paragraph on stderr and the
-exit code, never a traceback. Without typer: `gpudesk queue`'s fast path uses it before typer is
-imported, and gpudesk.cli.main wraps every command in it (adding click's usage errors)."""
+exit code, never a traceback, and never a control character or a byte that is not UTF-8 sent raw
+(a path or a value quoted in it is spelled as gpudesk.text spells it: `\\x1b`, `\\xff`).
+Without typer: `gpudesk queue`'s fast path uses it before typer is imported, and
+gpudesk.cli.main wraps every command in it (adding click's usage errors)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from contextlib import contextmanager
 
 from gpudesk.cli.common import CliError
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from gpudesk.text import printable_message
 
 
 @contextmanager
@@ -24,14 +27,14 @@ def reported_failures() -> Iterator[None]:
     try:
         yield
     except CliError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable_message(str(exc))}", file=sys.stderr)
         sys.exit(exc.code)
     except EngineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable_message(str(exc))}", file=sys.stderr)
         # the engine found the request's arguments wrong (a job it can never run): bad input
         sys.exit(EXIT_USAGE if exc.code == "invalid_args" else EXIT_FAILED)
     except HomeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable_message(str(exc))}", file=sys.stderr)
         sys.exit(EXIT_FAILED)
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)

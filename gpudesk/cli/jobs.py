@@ -27,6 +27,7 @@ from gpudesk.cli.no_engine import acting_client, reading_client
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target
 from gpudesk.cli.queue_listing import DEFAULT_LIMIT, QueueOptions, list_queue
 from gpudesk.core.protocol import MAX_ROW_ID
+from gpudesk.text import quoted
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -520,7 +521,10 @@ def cancel(
     if not jobs and not picked:
         fail("which jobs? name them, or pick them with --user/--me/--name/--state", EXIT_USAGE)
     if state is not None and state not in CANCEL_STATES:
-        fail(f"--state: {state!r} is not a live state; use {', '.join(CANCEL_STATES)}", EXIT_USAGE)
+        fail(
+            f"--state: {quoted(state)} is not a live state; use {', '.join(CANCEL_STATES)}",
+            EXIT_USAGE,
+        )
     sent = _signal_name(signal) if signal is not None else None
     with acting_client(list(jobs or [])) as client:
         refs = list(jobs) if jobs else _picked_jobs(client, owner_filter(user, me), name, state)

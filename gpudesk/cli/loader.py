@@ -11,6 +11,7 @@ import typer
 
 from gpudesk.cli.common import factory_kwargs, fail
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from gpudesk.text import quoted
 
 if TYPE_CHECKING:
     from gpudesk.loader.producer_config import ProducerConfig
@@ -145,7 +146,7 @@ def status_command(
         print()
         return
     if not loaders:
-        print("no shared loaders are running" + (f" named {name!r}" if name else ""))
+        print("no shared loaders are running" + (f" named {quoted(name)}" if name else ""))
         return
     for entry in loaders:
         if entry.get("error"):

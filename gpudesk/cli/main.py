@@ -20,6 +20,7 @@ from gpudesk.cli.failures import reported_failures
 from gpudesk.cli.finite_numbers import refuse_non_finite
 from gpudesk.cli.first_answers import ROOT_HELP, version_text
 from gpudesk.cli.plain_help import plain_help
+from gpudesk.text import printable_message
 
 if TYPE_CHECKING:
     from gpudesk.cli.config import ConfigOrigin
@@ -279,10 +280,11 @@ def main(argv: list[str] | None = None) -> None:
             except CliError as exc:  # a value from a config file: said as the file's
                 raise _said_as_config(exc) from None
     except usage_error as exc:
-        print(f"error: {usage_paragraph(exc)}", file=sys.stderr)
+        print(f"error: {printable_message(usage_paragraph(exc))}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except click_exception as exc:
-        print(f"error: {getattr(exc, 'format_message', exc.__str__)()}", file=sys.stderr)
+        said = str(getattr(exc, "format_message", exc.__str__)())
+        print(f"error: {printable_message(said)}", file=sys.stderr)
         sys.exit(getattr(exc, "exit_code", EXIT_FAILED))
     except typer.Abort as exc:
         if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from gpudesk.cli.common import current_home, engine_client, fail
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_NOT_RUNNING
+from gpudesk.text import quoted
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -56,7 +57,7 @@ def reading_client(ref: str | None = None) -> Client:
     client = running_client(home)
     if client is None:
         if ref is not None and never_ran(home):
-            fail(f"no job with id or name {ref!r}: {no_engine_line(home)}", EXIT_FAILED)
+            fail(f"no job with id or name {quoted(ref)}: {no_engine_line(home)}", EXIT_FAILED)
         stopped(home)
     return client
 
@@ -67,7 +68,7 @@ def acting_client(refs: Sequence[str]) -> Client:
     one line, exit 1, no engine started."""
     home = current_home()
     if not home.is_system and never_ran(home):
-        what = f"no job with id or name {refs[0]!r}" if refs else "no live job matches"
+        what = f"no job with id or name {quoted(refs[0])}" if refs else "no live job matches"
         fail(f"{what}: {no_engine_line(home)}", EXIT_FAILED)
     return engine_client()
 

@@ -36,6 +36,7 @@ from gpudesk.hw.telemetry.energy import summarize
 from gpudesk.profile import Profile, ReportConfig
 from gpudesk.results import Best, best, read_metrics
 from gpudesk.selection.cache import SelectionCache
+from gpudesk.text import quoted
 from gpudesk.units import watt_hours
 
 REFRESH_S = 0.5  # refresh at least this often even without events
@@ -223,7 +224,7 @@ class RunReport:
                 return ""
             return render.fill(
                 f"best: none; no job printed a `result {{json}}` line with "
-                f"{self.ranking.metric!r} (docs/results.md)",
+                f"{quoted(self.ranking.metric)} (docs/results.md)",
                 width,
             )
         ranked = [j for j in self.jobs if j.id in self.metrics]
@@ -274,7 +275,8 @@ class RunReport:
         elif top is None:
             lines.append(
                 render.fill(
-                    f"best: none; no succeeded job printed {ranking.metric!r} in its result line",
+                    f"best: none; no succeeded job printed {quoted(ranking.metric)} in its "
+                    "result line",
                     width,
                 )
             )

@@ -13,6 +13,7 @@ import typer
 
 from gpudesk.cli.common import complete_job, fail
 from gpudesk.cli.exit_codes import EXIT_USAGE
+from gpudesk.text import quoted
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -161,7 +162,7 @@ def job_ids(client: Client, refs: list[str], key: str = "after") -> list[int]:
             if exc.code != "unknown_job":
                 raise
             fail(
-                f"{_option(key)}: there is no job named {ref!r} to run after (gpudesk queue "
+                f"{_option(key)}: there is no job named {quoted(ref)} to run after (gpudesk queue "
                 "--all lists the jobs)",
                 EXIT_USAGE,
             )

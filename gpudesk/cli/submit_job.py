@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudesk.cli.common import engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from gpudesk.text import quoted
 
 if TYPE_CHECKING:
     from gpudesk.api.errors import EngineError
@@ -25,7 +26,7 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep:
-            fail(f"--env takes NAME=VALUE, found {pair!r}", EXIT_USAGE)
+            fail(f"--env takes NAME=VALUE, found {quoted(pair)}", EXIT_USAGE)
         env[key] = value
     return env
 
@@ -74,7 +75,7 @@ def _program_name(program: str) -> str:
     name = safe_text(Path(program).name)
     if reads_as_job_id(name.strip()):
         fail(
-            f"the job would be named after its program, {name!r}, but a job's name cannot be "
+            f"the job would be named after its program, {quoted(name)}, but a job's name cannot be "
             "all digits (digits are read as a job id): give it one with --name",
             EXIT_USAGE,
         )

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpudesk.text import quoted
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -78,17 +80,17 @@ class PlotTarget:
         path = Path(text)
         if text.strip() and path.is_dir():
             raise PlotError(
-                f"--plot {text!r} is a folder; give a file name, e.g. {path / 'plot.svg'}"
+                f"--plot {quoted(text)} is a folder; give a file name, e.g. {path / 'plot.svg'}"
             )
         fmt = FORMATS.get(path.suffix.lower())
         if not text.strip() or fmt is None:
             suffix = (
-                f"its suffix {path.suffix!r} names no plot format"
+                f"its suffix {quoted(path.suffix)} names no plot format"
                 if path.suffix
                 else "it has no suffix to name a plot format"
             )
             raise PlotError(
-                f"--plot {text!r}: {suffix}; give a file ending in {', '.join(FORMATS)} (the "
+                f"--plot {quoted(text)}: {suffix}; give a file ending in {', '.join(FORMATS)} (the "
                 "suffix picks the format), or - to draw it on the terminal"
             )
         return cls(path, fmt)

@@ -37,6 +37,34 @@ def test_a_typed_value_is_spelled_out_in_its_refusal(tmp_path: Path, args: tuple
     assert "\x1b" not in done.stderr and "\\udcff" not in done.stderr
 
 
+TRACE = str(Path(__file__).resolve().parents[2] / "traces" / "carma-philly-t1.json")
+BAD_PATH = os.fsdecode(b"/nonexistent/a\xffb\x1b[2J/x.toml")  # in a folder that is not there
+SHOWN_PATH = "/nonexistent/a\\xffb\\x1b[2J/x.toml"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run", BAD_PATH),
+        ("simulate", BAD_PATH),
+        ("simulate", TRACE, "--truth", BAD_PATH),
+        ("simulate", TRACE, "--plot", BAD_PATH),
+        ("cancel", "--state", BAD),
+        ("submit", "--env", BAD, "--", "true"),
+    ],
+    ids=["run", "simulate", "simulate-truth", "simulate-plot", "cancel-state", "submit-env"],
+)
+def test_a_path_or_value_in_a_refusal_is_spelled_out(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """A path or value quoted in a refusal: spelled out (`\\xff`, `\\x1b`), never sent raw to
+    the terminal (a profile or trace path was: the ESC of `\\x1b[2J` reached it) and never
+    as Python's repr (`'\\udcff'`: the --plot and --state refusals said it so)."""
+    done = gpudesk(tmp_path, *args)
+    assert done.returncode != 0, done.stderr
+    assert done.stderr.startswith("error: "), done.stderr
+    assert SHOWN_PATH in done.stderr or SHOWN in done.stderr, done.stderr
+    assert "\x1b" not in done.stderr and "\\udcff" not in done.stderr, done.stderr
+
+
 def test_select_compare_refuses_an_empty_metric_before_anything_runs(tmp_path: Path) -> None:
     profile = Path(__file__).resolve().parents[2] / "profiles" / "quickstart.toml"
     done = gpudesk(tmp_path, "select", "compare", str(profile), "--metric", "")
