@@ -18,7 +18,9 @@ from typing import Any, ClassVar
 from textual import work
 from textual.app import App, ScreenStackError, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.markup import escape
 from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from gpudesk.api import ActionOutcome, EngineError, JobView, MigApplyResult
@@ -220,6 +222,20 @@ class DeskApp(App[str]):
             return
         if isinstance(screen, DeskScreen):
             screen.redraw()
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        # Plain text, whatever the caller (a screen's notify passes markup=True): a notice
+        # holds job names, what the user typed and the engine's messages, whose brackets
+        # (sweep[lr=0.1], [station]) are no markup; `[/]` in one would close the desk.
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     # ------------------------------------------------------------------ actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -534,8 +550,8 @@ class DeskApp(App[str]):
                 continue
             shown = command.action == "open_job" and isinstance(screen, JobScreen)
             if selected is not None and not shown:  # not the job screen of the job it shows
-                yield SystemCommand(
-                    f"{command.title} {selected.id} ({selected.name})",
+                yield SystemCommand(  # the palette reads a title as markup
+                    f"{command.title} {selected.id} ({escape(selected.name)})",
                     command.help,
                     partial(self.run_job_command, command.action, selected),
                 )

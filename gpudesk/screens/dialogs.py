@@ -28,7 +28,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.question, classes="question")
+            yield Static(self.question, classes="question", markup=False)  # a job's name
             with Horizontal(classes="buttons"):
                 yield Button(f"{self.yes} (y)", variant="error", id="yes")
                 yield Button("No (n)", id="no")
@@ -74,7 +74,7 @@ class SubmitScreen(ModalScreen[SubmitRequest | None]):
                 yield Input("0", id="gpus", type="integer")
                 yield Label("GPU memory, GB")
                 yield Input(placeholder="(unknown)", id="memory", type="number")
-        yield Static("", id="submit-error", classes="error")
+        yield Static("", id="submit-error", classes="error", markup=False)
         with Horizontal(classes="buttons"):
             yield Button("Submit", variant="primary", id="submit")
             yield Button("Cancel (Esc)", id="cancel")

@@ -45,7 +45,11 @@ class EditJobScreen(ModalScreen[dict[str, Any] | None]):
     def compose(self) -> ComposeResult:
         job = self.job
         with Vertical(classes="dialog wide"):
-            yield Static(f"edit job {job.id} ({job.name}): it has not started", classes="question")
+            yield Static(
+                f"edit job {job.id} ({job.name}): it has not started",
+                classes="question",
+                markup=False,
+            )
             with Grid(classes="form"):
                 yield Label("name")
                 yield Input(job.name, id="edit-name")
@@ -59,7 +63,7 @@ class EditJobScreen(ModalScreen[dict[str, Any] | None]):
                 )
                 yield Label("GPUs")
                 yield Input(str(job.spec.gpus), id="edit-gpus", type="integer")
-            yield Static("", id="edit-error", classes="error")
+            yield Static("", id="edit-error", classes="error", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Save", variant="primary", id="save")
                 yield Button("Cancel (Esc)", id="cancel")

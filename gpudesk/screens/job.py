@@ -266,6 +266,7 @@ class LogScreen(DeskScreen):
         yield Static(
             f"log of job {self.job.id} {self.job.name}: {self.path or '(none)'}",
             id="log-title",
+            markup=False,
         )
         yield Log(id="log", highlight=False, auto_scroll=True)
         yield DeskFooter()

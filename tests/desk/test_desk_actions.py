@@ -34,12 +34,13 @@ def run_desk(
     engine: EngineHandle,
     scenario: Callable[[DeskApp, Any], Awaitable[None]],
     readonly: bool = False,
+    notifications: bool = False,  # drawn as on a terminal (run_test leaves them out)
 ) -> DeskApp:
     feed = EngineFeed(engine.home, interval=0.2)
     app = DeskApp(feed, readonly=readonly, refresh_s=0.2, workdir=engine.home.root)
 
     async def main() -> None:
-        async with app.run_test(size=SIZE) as pilot:
+        async with app.run_test(size=SIZE, notifications=notifications) as pilot:
             await scenario(app, pilot)
 
     try:
