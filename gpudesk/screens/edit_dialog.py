@@ -14,6 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from gpudesk.api import JobView
+from gpudesk.text import printable_line
 from gpudesk.units import parse_duration
 
 
@@ -44,17 +45,24 @@ class EditJobScreen(ModalScreen[dict[str, Any] | None]):
 
     def compose(self) -> ComposeResult:
         job = self.job
-        with Vertical(classes="dialog wide"):
-            yield Static(
-                f"edit job {job.id} ({job.name}): it has not started",
-                classes="question",
-                markup=False,
+        # A command holding control characters (ESC ...) or bytes that are not UTF-8 is shown
+        # spelled out, as `gpudesk show` shows it, never written to the terminal; and it is not
+        # edited here, where the spelling would be sent back as the command.
+        command = command_text(job)
+        shown = printable_line(command)
+        question = f"edit job {job.id} ({job.name}): it has not started"
+        if shown != command:
+            question += (
+                "\nits command holds control characters, spelled out here: "
+                f"gpudesk edit {job.id} --command changes it"
             )
+        with Vertical(classes="dialog wide"):
+            yield Static(question, classes="question", markup=False)
             with Grid(classes="form"):
                 yield Label("name")
                 yield Input(job.name, id="edit-name")
                 yield Label("command")
-                yield Input(command_text(job), id="edit-command")
+                yield Input(shown, id="edit-command", disabled=shown != command)
                 yield Label("time limit")
                 yield Input(
                     limit_text(job.spec.time_limit_s),
@@ -101,8 +109,9 @@ class EditJobScreen(ModalScreen[dict[str, Any] | None]):
         name = self._value("edit-name")
         if name != job.name:
             fields["name"] = name
-        command = self._value("edit-command")
-        if command != command_text(job):
+        box = self.query_one("#edit-command", Input)
+        command = box.value.strip()
+        if not box.disabled and command != command_text(job):
             try:
                 words = [command] if job.spec.shell else shlex.split(command)
             except ValueError as exc:

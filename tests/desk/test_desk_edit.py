@@ -94,3 +94,32 @@ def test_a_readonly_desk_has_no_edit(busy_station: tuple[EngineHandle, int, int]
 
     run_desk(engine, scenario, readonly=True)
     assert engine_job(engine, waiter).name == "waiter"
+
+
+def test_a_command_with_control_characters_is_shown_spelled_out_and_kept(
+    busy_station: tuple[EngineHandle, int, int],
+) -> None:
+    engine, _, _ = busy_station
+    command = ["printf", "\x1b[2J\x1b[31mred"]  # clear the screen, then red
+    (job,) = engine.submit({"name": "colour", "command": command})
+
+    async def scenario(app: DeskApp, pilot: Any) -> None:
+        await select_job(app, pilot, job)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the job detail")
+        await pilot.press("e")
+        form = await until(
+            pilot, lambda: isinstance(app.screen, EditJobScreen) and app.screen, what="the form"
+        )
+        box = form.query_one("#edit-command", Input)
+        drawn = "".join(segment.text for segment in box.render_line(0))
+        assert "\x1b" not in drawn and r"printf '\x1b[2J\x1b[31mred'" in drawn
+        assert box.disabled  # the spelling is not sent back as the command
+        question = str(form.query_one(".question", Static).render())
+        assert f"gpudesk edit {job} --command changes it" in question
+        form.query_one("#edit-name", Input).value = "coloured"
+        await pilot.click("#save")
+        await until(pilot, lambda: engine_job(engine, job).name == "coloured", what="the edit")
+
+    run_desk(engine, scenario)
+    assert engine_job(engine, job).spec.command == command
