@@ -16,7 +16,7 @@ from typing import Any
 
 from gpudesk.core.jobs import JobSpec, JobState, SpecError, check_env, describe
 from gpudesk.core.records import JobRecord
-from gpudesk.text import safe_text
+from gpudesk.text import printable_line, safe_text
 
 EDITABLE_FIELDS = (
     "name",
@@ -119,7 +119,7 @@ def job_edit(
     new = edited_spec(spec, fields, set_env, unset_env)
     said = changes(spec, new)
     dropped = [name for name in unset_env if name in base_env]
-    said += [f"env -{safe_text(name)}" for name in dropped if name not in spec.env]
+    said += [f"env -{printable_line(name)}" for name in dropped if name not in spec.env]
     kept = {k: v for k, v in base_env.items() if k not in dropped} if dropped else None
     return JobEdit(new, tuple(said), kept)
 
@@ -205,9 +205,9 @@ def changes(old: JobSpec, new: JobSpec) -> list[str]:
             said.append(f"{key} {_shown(before)} -> {_shown(after)}")
     for name in sorted(set(old.env) | set(new.env)):
         if name not in new.env:
-            said.append(f"env -{safe_text(name)}")
+            said.append(f"env -{printable_line(name)}")
         elif old.env.get(name) != new.env[name]:
-            said.append(f"env {safe_text(name)}=…")
+            said.append(f"env {printable_line(name)}=…")
     return said
 
 
@@ -218,13 +218,14 @@ def _clock(value: float | None) -> str:
 
 
 def _shown(value: Any) -> str:
-    """A field's value in an event's words, cut to 80 characters."""
+    """A field's value in an event's words, cut to 80 characters; a control character in it
+    (a command's ESC) spelled out, as every reader of the event shows it to a terminal."""
     if value is None:
         return "none"
     if isinstance(value, tuple):
-        text = " ".join(safe_text(str(part)) for part in value) if value else "none"
+        text = " ".join(printable_line(str(part)) for part in value) if value else "none"
     elif isinstance(value, str):
-        text = safe_text(value)
+        text = printable_line(value)
     elif isinstance(value, float):
         text = f"{value:g}"
     else:

@@ -40,6 +40,18 @@ def test_fields_replace_a_null_clears_and_env_is_said_by_name_only() -> None:
     assert job_edit(SPEC, {}, {"name": "train"}, {}, []).changes == ()
 
 
+def test_control_characters_in_what_changed_are_spelled_out() -> None:
+    # The event is read by `gpudesk show` and the desk on a terminal: the command's escape
+    # sequences (a cleared screen) and an inherited variable's odd name are shown, not obeyed.
+    edit = job_edit(
+        SPEC, {"\x1b]0;X\x07": "1"}, {"command": ["printf", "\x1b[2J\r\t"]}, {}, ["\x1b]0;X\x07"]
+    )
+    assert edit.changes == (
+        "command python t.py -> printf \\x1b[2J\\x0d\\x09",
+        "env -\\x1b]0;X\\x07",
+    )
+
+
 @pytest.mark.parametrize(
     ("fields", "set_env", "unset", "key"),
     [

@@ -123,3 +123,20 @@ def test_a_command_with_control_characters_is_shown_spelled_out_and_kept(
 
     run_desk(engine, scenario)
     assert engine_job(engine, job).spec.command == command
+
+
+def test_an_edit_of_a_command_with_escapes_is_spelled_out_in_the_job_events(
+    busy_station: tuple[EngineHandle, int, int],
+) -> None:
+    engine, _, waiter = busy_station
+    engine.api.edit_job(waiter, {"command": ["printf", "\x1b[2J"]})  # as `gpudesk edit` sends it
+
+    async def scenario(app: DeskApp, pilot: Any) -> None:
+        await select_job(app, pilot, waiter)
+        await pilot.press("enter")
+        screen = await until(pilot, lambda: isinstance(app.screen, JobScreen) and app.screen)
+        events = screen.query_one("#job-events", Static)
+        said = await until(pilot, lambda: "edited by user" in (t := str(events.render())) and t)
+        assert r"command sleep 1 -> printf \x1b[2J" in said and "\x1b" not in said
+
+    run_desk(engine, scenario)
