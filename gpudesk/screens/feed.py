@@ -256,6 +256,10 @@ class EngineFeed:
                     break
         except EngineError as exc:
             if exc.code != EVENTS_MISSED:
+                # The engine stopped: its stream is over. Once it answers again (restarted),
+                # the desk follows it anew and reads its state, not the dead stream for ever.
+                self._unsubscribe()
+                self._jobs_stale = True
                 raise
             # The desk fell behind (a suspended terminal): follow anew and read the state.
             self.close()
@@ -437,10 +441,13 @@ class EngineFeed:
     def connect(self) -> Client:
         return Client.attach(self.home, timeout=10.0)
 
-    def close(self) -> None:
+    def _unsubscribe(self) -> None:
         if self._events_cm is not None:
             self._events_cm.__exit__(None, None, None)
             self._events_cm = self._events = None
+
+    def close(self) -> None:
+        self._unsubscribe()
         self.client.close()
         self.actions.close()
 
