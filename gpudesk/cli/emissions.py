@@ -336,11 +336,14 @@ def append(path: Path, rows: Sequence[EmissionsRow]) -> Appended:
     present: set[str] = set()
     if text.strip():
         reader = csv.reader(io.StringIO(text))
-        header = next(reader)
-        if sorted(header) != sorted(COLUMNS):
-            raise EmissionsFileError(_mismatch(path, header))
-        at = header.index("run_id")
-        present = {line[at] for line in reader if len(line) > at}
+        try:
+            header = next(reader)
+            if sorted(header) != sorted(COLUMNS):
+                raise EmissionsFileError(_mismatch(path, header))
+            at = header.index("run_id")
+            present = {line[at] for line in reader if len(line) > at}
+        except csv.Error as exc:  # a field past csv's limit (128 KiB): a log, not a CSV
+            raise EmissionsFileError(f"cannot read {path} to append to it: {_why(exc)}") from None
     new = [row for row in rows if row.run_id not in present]
     if header:
         chunk = render(new, header, header=False)
@@ -383,6 +386,8 @@ def _mismatch(path: Path, header: Sequence[str]) -> str:
 def _why(exc: BaseException) -> str:
     if isinstance(exc, UnicodeDecodeError):
         return "it is not UTF-8 text, so not a CSV file codecarbon wrote"
+    if isinstance(exc, csv.Error):
+        return f"it is not a CSV file codecarbon wrote ({exc})"
     return getattr(exc, "strerror", None) or str(exc)
 
 

@@ -210,6 +210,24 @@ def test_a_file_with_other_columns_is_refused_in_one_paragraph(tmp_path: Path) -
         emissions.append(binary, rows(1))
 
 
+@pytest.mark.parametrize("header", [False, True], ids=["no-header", "long-row"])
+def test_a_file_with_a_field_past_csvs_limit_is_refused_in_one_paragraph(
+    tmp_path: Path, header: bool
+) -> None:
+    """A log or a dump named by mistake (one line of 200 KB, past the csv module's 128 KiB
+    field limit), first or after codecarbon's header: refused as not codecarbon's CSV, the
+    file left as it was (was a _csv.Error traceback)."""
+    path = tmp_path / "emissions.csv"
+    path.write_text((",".join(COLUMNS) + "\n" if header else "") + "x" * 200_000 + "\n")
+    before = path.read_text()
+    with pytest.raises(EmissionsFileError) as raised:
+        emissions.append(path, rows(1))
+    message = str(raised.value)
+    assert message.startswith(f"cannot read {path} to append to it: it is not a CSV file "), message
+    assert "field limit" in message and "\n" not in message
+    assert path.read_text() == before
+
+
 def codecarbon_project_summary(project_data: list[dict[str, Any]]) -> dict[str, float]:
     """The totals of codecarbon 3.3.2's dashboard, `codecarbon/viz/data.py`,
     `Data.get_project_summary` (its module imports dash, which this suite does not install):
