@@ -42,7 +42,12 @@ def examples(
                 if destination.exists() or destination.is_symlink():
                     kept += 1
                     continue
-                shutil.copyfile(folder(kind) / name, destination)
+                try:
+                    shutil.copyfile(folder(kind) / name, destination)
+                except OSError:
+                    # a copy cut short (a full disk) would be kept as "already there" next time
+                    destination.unlink(missing_ok=True)
+                    raise
                 copied += 1
     except OSError as exc:
         fail(f"cannot copy the examples into {shown}: {exc.strerror or exc}", EXIT_FAILED)

@@ -24,3 +24,30 @@ def test_examples_spell_out_a_folder_name_and_refuse_an_empty_one(tmp_path: Path
     empty = examples("", tmp_path)
     assert empty.returncode == 2 and empty.stderr.startswith("error: INTO is empty"), empty.stderr
     assert not (tmp_path / "profiles").exists()
+
+
+def test_a_copy_cut_short_leaves_no_half_file_for_the_next_to_keep(tmp_path: Path) -> None:
+    """A full disk, as the file-size limit simulates it (EFBIG past 8 KiB, as ENOSPC would
+    be): the copy fails in one paragraph, and the file it was writing is not left cut short,
+    where the next `gpudesk examples` kept it as "already there" (a trace that no longer
+    parses)."""
+    import resource
+
+    from gpudesk.examples import folder, names
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+
+    command = [sys.executable, "-m", "gpudesk", "examples", "ex"]
+    cut = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, timeout=60, preexec_fn=small_files
+    )
+    assert cut.returncode == 1, cut.stdout + cut.stderr
+    assert cut.stderr.startswith("error: cannot copy the examples into ex: File too large")
+    assert "Traceback" not in cut.stderr
+    again = examples("ex", tmp_path)
+    assert again.returncode == 0, again.stderr
+    for kind in ("profiles", "traces"):
+        for name in names(kind):
+            copied = (tmp_path / "ex" / kind / name).read_bytes()
+            assert copied == (folder(kind) / name).read_bytes(), name
