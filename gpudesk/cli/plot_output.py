@@ -8,8 +8,10 @@ matplotlib.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpudesk.cli.common import fail
@@ -59,14 +61,22 @@ def write_plot(target: PlotTarget, figure: Callable[[], Figure], text: Callable[
     """Draw the plot where the target says: `text()` printed for the terminal, else `figure()`
     saved to the file (said on stderr, so --json's stdout stays JSON). Without matplotlib, with
     nothing to draw, or when the file cannot be written, fails with one paragraph and exit 1."""
-    from gpudesk.plots.common import PlotError, require_matplotlib, save
+    from gpudesk.cli.report_file import write_atomically
+    from gpudesk.plots.common import PlotError, rendered, require_matplotlib
 
     try:
         if target.terminal:
             print(text())
             return
         require_matplotlib()
-        save(figure(), target)
+        data = rendered(figure(), target)
     except PlotError as exc:
         fail(str(exc), EXIT_FAILED)
+    assert target.path is not None
+    try:
+        # renamed into place, so a full disk leaves an earlier plot as it was; a link is
+        # written through, to the file it names, as savefig did
+        write_atomically(Path(os.path.realpath(target.path)), data)
+    except OSError as exc:
+        fail(f"could not write {target.path}: {exc.strerror or exc}", EXIT_FAILED)
     print(f"plot: wrote {target.path}", file=sys.stderr)

@@ -128,10 +128,11 @@ def check_report_path(
         refuse(f"cannot write in its folder {folder} (permission denied, or read-only)")
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to a new file beside `path`, then rename it over `path`: a failure (a full
-    disk) raises OSError and leaves `path` as it was, and no other file behind. The file gets
-    the mode of the one it replaces, else the umask's."""
+def write_atomically(path: Path, text: str | bytes) -> None:
+    """Write `text` (UTF-8, or bytes as they are: a plot) to a new file beside `path`, then
+    rename it over `path`: a failure (a full disk) raises OSError and leaves `path` as it was,
+    and no other file behind. The file gets the mode of the one it replaces, else the umask's."""
+    data = text.encode("utf-8", errors="replace") if isinstance(text, str) else text
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except OSError:
@@ -139,10 +140,10 @@ def write_atomically(path: Path, text: str) -> None:
     partial = path.with_name(f".{path.name}.{secrets.token_hex(4)}.partial")
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as handle:
+        with os.fdopen(fd, "wb") as handle:
             if mode is not None:
                 os.fchmod(handle.fileno(), mode)
-            handle.write(text)
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())  # a full disk is said now, not lost on a later flush
         os.replace(partial, path)

@@ -2,7 +2,7 @@
 `--plot -` (the terminal, in characters, no matplotlib needed), the figure every plot draws on,
 and the small pieces the terminal renderings share.
 
-matplotlib is imported inside `new_figure` and `save` only. The figures use the object-oriented
+matplotlib is imported inside `new_figure` and `rendered` only. The figures use the object-oriented
 API (`Figure`, a canvas of its own) and never pyplot: no global figure manager, no display, no
 backend chosen for the whole process.
 """
@@ -113,23 +113,25 @@ def new_figure(width_in: float, height_in: float) -> Figure:
     return Figure(figsize=(width_in, height_in), layout="constrained")
 
 
-def save(figure: Figure, target: PlotTarget) -> None:
-    """Write the figure to the target's file in its format. Text stays text in SVG (small,
-    searchable) and the files carry no date, so the same data gives the same file. Raises
-    PlotError when it cannot be written."""
+def rendered(figure: Figure, target: PlotTarget) -> bytes:
+    """The figure as the bytes of a file in the target's format, for the caller to write
+    (atomically: savefig writing the file itself left half of it where the disk filled, over
+    an earlier plot). Text stays text in SVG (small, searchable) and the files carry no date,
+    so the same data gives the same file."""
     assert target.path is not None, "the terminal rendering is text, not a figure"
     require_matplotlib()
+    import io
+
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(figure)  # Agg draws the PNG; savefig picks the SVG and PDF writers itself
     no_stamp = {"svg": "Date", "pdf": "CreationDate", "png": "Software"}[target.format]
     metadata: dict[str, str | None] = {no_stamp: None}
-    try:
-        with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "gpudesk"}):
-            figure.savefig(target.path, format=target.format, dpi=PNG_DPI, metadata=metadata)
-    except OSError as exc:
-        raise PlotError(f"could not write {target.path}: {exc.strerror or exc}") from None
+    out = io.BytesIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "gpudesk"}):
+        figure.savefig(out, format=target.format, dpi=PNG_DPI, metadata=metadata)
+    return out.getvalue()
 
 
 # --------------------------------------------------------------------------- shared pieces

@@ -86,6 +86,42 @@ def test_without_matplotlib_the_results_are_printed_and_the_missing_extra_named(
     assert "GPU timelines, one cell ≈" in run.stdout and "▓ MPS" in run.stdout
 
 
+@pytest.mark.parametrize("suffix", ["svg", "pdf", "png"])
+def test_a_plot_cut_short_leaves_the_earlier_file_whole_and_no_half_file(
+    tmp_path: Path, suffix: str
+) -> None:
+    """A full disk, as the file-size limit simulates it (EFBIG past 4 KiB, as ENOSPC would
+    be): the results are printed, the plot fails in one paragraph (exit 1), and the earlier
+    plot of that name is left as it was, nothing beside it (the SVG and PDF writers had cut it
+    to a half file)."""
+    import resource
+
+    plot = tmp_path / f"sim.{suffix}"
+    plot.write_bytes(b"an earlier plot\n")
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    run = subprocess.run(
+        [*GPUDESK, "simulate", TRACE, "--policy", "auto", "--plot", str(plot)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=small_files,
+    )
+    assert run.returncode == 1 and "MAKESPAN" in run.stdout, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line == f"error: could not write {plot}: File too large", line
+    assert plot.read_bytes() == b"an earlier plot\n"
+    assert [p.name for p in tmp_path.iterdir()] == [plot.name]
+    # with room, a link is written through (the file it names replaced), not replaced itself
+    link = tmp_path / f"link.{suffix}"
+    link.symlink_to(plot)
+    run = gpudesk("simulate", TRACE, "--policy", "auto", "--plot", str(link))
+    assert run.returncode == 0, run.stderr
+    assert link.is_symlink() and plot.read_bytes() != b"an earlier plot\n"
+
+
 @pytest.mark.slow(8)
 def test_show_and_history_plot_a_job_on_a_simulated_gpu(
     sim_engine: EngineHandle, tmp_path: Path

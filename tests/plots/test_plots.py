@@ -14,7 +14,7 @@ from matplotlib.collections import PolyCollection
 
 from gpudesk.cli.compare_report import PresetRow
 from gpudesk.cli.history import HistoryRow
-from gpudesk.plots.common import NothingToPlot, PlotError, PlotTarget, resample, save
+from gpudesk.plots.common import NothingToPlot, PlotError, PlotTarget, rendered, resample
 from gpudesk.plots.compare import compare_figure, compare_text
 from gpudesk.plots.history import daily_usage, history_figure, history_text
 from gpudesk.plots.simulate import lanes, simulate_figure, simulate_text
@@ -281,14 +281,11 @@ def test_saved_files_are_what_their_suffix_says(tmp_path: Path) -> None:
     figure = history_figure(
         [history_row("ana", dt.datetime(2026, 11, 20, 9), 1.0, 1, 10.0)], caption="c"
     )
-    save(figure, PlotTarget.parse(str(tmp_path / "h.png")))
-    assert (tmp_path / "h.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
-    save(figure, PlotTarget.parse(str(tmp_path / "h.svg")))
-    root = ET.parse(tmp_path / "h.svg").getroot()
-    assert root.tag == "{http://www.w3.org/2000/svg}svg"
-    assert "GPU-hours (as allocated)" in (tmp_path / "h.svg").read_text()  # text stays text
-    with pytest.raises(PlotError, match="could not write"):
-        save(figure, PlotTarget.parse(str(tmp_path / "missing" / "h.svg")))
+    png = rendered(figure, PlotTarget.parse(str(tmp_path / "h.png")))
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    svg = rendered(figure, PlotTarget.parse(str(tmp_path / "h.svg")))
+    assert ET.fromstring(svg).tag == "{http://www.w3.org/2000/svg}svg"
+    assert "GPU-hours (as allocated)" in svg.decode()  # text stays text
 
 
 def test_resampling_holds_a_window_mean_over_its_window() -> None:
