@@ -4,6 +4,7 @@ that every submitted field passes — shared by the profile parser, the CLI and 
 from __future__ import annotations
 
 import enum
+import errno
 import math
 import os
 import re
@@ -240,10 +241,11 @@ def check_workdir(value: Any) -> str | None:
 
 def workdir_problem(workdir: str) -> str | None:
     """Why `workdir` cannot be a job's working directory, as the calling process sees it: it
-    does not exist (or is a link to nothing), or it is not a directory (saying what it is);
-    None where it is one, or where this process cannot tell (no permission to look: the
-    job's own start says). Only a process of the job's owner may ask it of her paths: a
-    system engine's daemon never does (root sees what she may not enter, and the reverse)."""
+    does not exist (or is a link to nothing), it is not a directory (saying what it is), or it
+    can never be entered (a link loop, a name too long); None where it is one, or where this
+    process cannot tell (no permission to look: the job's own start says). Only a process of
+    the job's owner may ask it of her paths: a system engine's daemon never does (root sees
+    what she may not enter, and the reverse)."""
     try:
         info = os.stat(workdir)
     except FileNotFoundError:
@@ -252,7 +254,11 @@ def workdir_problem(workdir: str) -> str | None:
         return f"the working directory {workdir} does not exist"
     except NotADirectoryError:
         return f"the working directory {workdir} does not exist: a folder on its path is a file"
-    except (OSError, ValueError):
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENAMETOOLONG):  # no one can ever enter it
+            return f"the working directory {workdir} cannot be entered: {exc.strerror}"
+        return None
+    except ValueError:
         return None
     if stat.S_ISDIR(info.st_mode):
         return None

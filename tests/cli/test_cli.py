@@ -331,6 +331,25 @@ def test_a_working_directory_that_is_no_directory_is_refused_before_submitting(
     assert not home.lock.exists()
 
 
+def test_a_working_directory_no_one_can_enter_is_refused_before_submitting(
+    home: Home, tmp_path: Path
+) -> None:
+    """A symbolic link loop and a name longer than PATH_MAX can never be entered: refused at
+    submit (exit 2), as a missing folder is (both were queued, and failed at their start)."""
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    for workdir, why in (
+        (str(tmp_path / "loop1"), "Too many levels of symbolic links"),
+        (str(tmp_path / ("a/" * 3000)), "File name too long"),
+    ):
+        submitted = gpudesk("submit", "--workdir", workdir, "true")
+        assert submitted.returncode == 2, submitted.stdout + submitted.stderr
+        assert submitted.stderr == (
+            f"error: --workdir: the working directory {workdir} cannot be entered: {why}\n"
+        )
+    assert not home.lock.exists(), "nothing is submitted, no engine started"
+
+
 def test_a_dangling_link_an_empty_name_and_a_boolean_are_said_as_they_are(
     home: Home, tmp_path: Path
 ) -> None:
