@@ -86,9 +86,20 @@ def test_without_matplotlib_the_results_are_printed_and_the_missing_extra_named(
     assert "GPU timelines, one cell ≈" in run.stdout and "▓ MPS" in run.stdout
 
 
+@pytest.fixture(scope="module")
+def matplotlib_config(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """An environment with a matplotlib config folder of its own, its font cache built whole:
+    a run under a file-size limit would else write the cache itself, cut short (its own
+    warnings in stderr), in the folder every other test's matplotlib reads."""
+    folder = tmp_path_factory.mktemp("mplconfig")
+    env = {**os.environ, "MPLCONFIGDIR": str(folder)}
+    subprocess.run([sys.executable, "-c", "import matplotlib.font_manager"], env=env, check=True)
+    return env
+
+
 @pytest.mark.parametrize("suffix", ["svg", "pdf", "png"])
 def test_a_plot_cut_short_leaves_the_earlier_file_whole_and_no_half_file(
-    tmp_path: Path, suffix: str
+    tmp_path: Path, suffix: str, matplotlib_config: dict[str, str]
 ) -> None:
     """A full disk, as the file-size limit simulates it (EFBIG past 4 KiB, as ENOSPC would
     be): the results are printed, the plot fails in one paragraph (exit 1), and the earlier
@@ -108,6 +119,7 @@ def test_a_plot_cut_short_leaves_the_earlier_file_whole_and_no_half_file(
         text=True,
         timeout=60,
         preexec_fn=small_files,
+        env=matplotlib_config,
     )
     assert run.returncode == 1 and "MAKESPAN" in run.stdout, run.stderr
     (line,) = run.stderr.strip().splitlines()
@@ -117,7 +129,13 @@ def test_a_plot_cut_short_leaves_the_earlier_file_whole_and_no_half_file(
     # with room, a link is written through (the file it names replaced), not replaced itself
     link = tmp_path / f"link.{suffix}"
     link.symlink_to(plot)
-    run = gpudesk("simulate", TRACE, "--policy", "auto", "--plot", str(link))
+    run = subprocess.run(
+        [*GPUDESK, "simulate", TRACE, "--policy", "auto", "--plot", str(link)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=matplotlib_config,
+    )
     assert run.returncode == 0, run.stderr
     assert link.is_symlink() and plot.read_bytes() != b"an earlier plot\n"
 
