@@ -31,8 +31,10 @@ PNG = b"\x89PNG\r\n\x1a\n"
 SVG = "{http://www.w3.org/2000/svg}svg"
 
 
-def gpudesk(*args: str, command: list[str] = GPUDESK) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "100"}
+def gpudesk(
+    *args: str, command: list[str] = GPUDESK, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    env = {**(os.environ if env is None else env), "COLUMNS": "100"}
     return subprocess.run([*command, *args], capture_output=True, text=True, timeout=60, env=env)
 
 
@@ -129,13 +131,7 @@ def test_a_plot_cut_short_leaves_the_earlier_file_whole_and_no_half_file(
     # with room, a link is written through (the file it names replaced), not replaced itself
     link = tmp_path / f"link.{suffix}"
     link.symlink_to(plot)
-    run = subprocess.run(
-        [*GPUDESK, "simulate", TRACE, "--policy", "auto", "--plot", str(link)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=matplotlib_config,
-    )
+    run = gpudesk("simulate", TRACE, "--policy", "auto", "--plot", str(link), env=matplotlib_config)
     assert run.returncode == 0, run.stderr
     assert link.is_symlink() and plot.read_bytes() != b"an earlier plot\n"
 
