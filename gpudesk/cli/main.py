@@ -289,7 +289,11 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort as exc:
         if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
             sys.exit(EXIT_INTERRUPTED)
-        print("aborted", file=sys.stderr)
+        # click turns an EOFError into Abort too: one from a prompt's ended input, or from
+        # deeper down (a cut-short .pyc file: "marshal data too short"), which is said
+        cause = exc.__cause__
+        why = f" ({type(cause).__name__}: {cause})" if cause is not None and str(cause) else ""
+        print(printable_message(f"aborted{why}"), file=sys.stderr)
         sys.exit(EXIT_FAILED)
     # typer.Exit(N) comes back as N; a command that returns comes back with what it returned
     sys.exit(code if isinstance(code, int) else 0)

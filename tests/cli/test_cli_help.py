@@ -116,3 +116,23 @@ def test_a_number_option_is_named_a_number_in_help(capsys: pytest.CaptureFixture
         assert param.metavar or option_metavar(param) in ("N", "NUM"), param.opts
     assert re.search(r"--timeout NUM\s", _help(["wait"], capsys))
     assert re.search(r"--gpu N\s", _help(["mig", "plan"], capsys))
+
+
+def test_an_abort_from_deeper_down_says_its_cause(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """click turns any EOFError into Abort; one that did not come from a prompt (a cut-short
+    .pyc file read by an import: "marshal data too short") is said with its cause, not as a
+    bare "aborted" that names nothing to look at."""
+    from gpudesk import grid
+    from gpudesk.cli.main import main
+
+    def cut_short() -> list[object]:
+        raise EOFError("marshal data too short")
+
+    monkeypatch.setattr(grid, "regions", cut_short)
+    with pytest.raises(SystemExit) as ended:
+        main(["grid"])
+    assert ended.value.code == 1
+    said = capsys.readouterr().err
+    assert said.strip() == "aborted (EOFError: marshal data too short)", said
