@@ -33,6 +33,7 @@ from slurm_cluster import (
     running_cluster,
     slurm_program,
 )
+from store_refusal import store_refusing
 
 # its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
 pytestmark = pytest.mark.xdist_group("test_slurm_trust")
@@ -350,6 +351,28 @@ def test_a_cluster_profile_runs_end_to_end_as_its_owner(site: Site) -> None:
         assert SENT not in environ and "LD_PRELOAD" not in environ, (name, environ)
         assert environ["PATH"].startswith(str(site.shims)), (name, environ["PATH"])
         assert environ["HOME"] == str(site.home("ada")), (name, environ)
+
+
+def test_her_cancel_before_her_slurm_id_is_stored_reaches_slurm_as_hers(site: Site) -> None:
+    """A cancel of her Slurm job while the engine's store refuses the Slurm id sbatch gave it
+    (a real SQLite trigger on the system engine's store, as a disk that fills between the two
+    writes): once the id is stored, the engine's scancel for it runs as her, with the site's
+    clients and the engine's environment, never as root (and never without an id)."""
+    ada = site.user("ada")
+    refused = "BEFORE UPDATE OF submission ON slurm_jobs WHEN OLD.submission = ''"
+    with store_refusing(site.station.state_dir / "gpudesk.db", refused):
+        site.clear_records()
+        job_id = site.submit("ada", {"name": "early", "command": ["sleep", "300"]})
+        cancel = site.station.ok("ada", "cancel", jobs=[job_id])["results"][0]
+        assert cancel["ok"], cancel
+        assert "scancel once its submission to Slurm is recorded" in cancel["outcome"], cancel
+    ended = _ended(site, job_id)
+    assert ended["state"] == "cancelled" and "cancelled by user" in ended["reason"], ended
+    scancels = [(uid, env) for name, uid, env in site.runs() if name == "scancel"]
+    assert scancels, site.runs()
+    for uid, environ in scancels:
+        assert uid == ada.uid, f"scancel ran as uid {uid}"
+        assert environ["PATH"].startswith(str(site.shims)), environ["PATH"]
 
 
 def test_a_fifo_for_her_log_costs_a_bounded_wait(site: Site) -> None:
