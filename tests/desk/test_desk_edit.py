@@ -29,17 +29,23 @@ def busy_station(sim_engine: EngineHandle) -> tuple[EngineHandle, int, int]:
     return sim_engine, blocker, waiter
 
 
+async def edit_form(app: DeskApp, pilot: Any, job_id: int) -> EditJobScreen:
+    """The edit form of `job_id`, opened with `e` from its detail screen."""
+    await select_job(app, pilot, job_id)
+    await pilot.press("enter")
+    await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the job detail")
+    await pilot.press("e")
+    form: EditJobScreen = await until(
+        pilot, lambda: isinstance(app.screen, EditJobScreen) and app.screen, what="the form"
+    )
+    return form
+
+
 def test_e_edits_a_queued_job_from_its_detail(busy_station: tuple[EngineHandle, int, int]) -> None:
     engine, blocker, waiter = busy_station
 
     async def scenario(app: DeskApp, pilot: Any) -> None:
-        await select_job(app, pilot, waiter)
-        await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the job detail")
-        await pilot.press("e")
-        form = await until(
-            pilot, lambda: isinstance(app.screen, EditJobScreen) and app.screen, what="the form"
-        )
+        form = await edit_form(app, pilot, waiter)
         assert form.query_one("#edit-command", Input).value == "sleep 1"
         assert form.query_one("#edit-time", Input).value == ""
         form.query_one("#edit-name", Input).value = "renamed"
@@ -104,13 +110,7 @@ def test_a_command_with_control_characters_is_shown_spelled_out_and_kept(
     (job,) = engine.submit({"name": "colour", "command": command})
 
     async def scenario(app: DeskApp, pilot: Any) -> None:
-        await select_job(app, pilot, job)
-        await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the job detail")
-        await pilot.press("e")
-        form = await until(
-            pilot, lambda: isinstance(app.screen, EditJobScreen) and app.screen, what="the form"
-        )
+        form = await edit_form(app, pilot, job)
         box = form.query_one("#edit-command", Input)
         drawn = "".join(segment.text for segment in box.render_line(0))
         assert "\x1b" not in drawn and r"printf '\x1b[2J\x1b[31mred'" in drawn
