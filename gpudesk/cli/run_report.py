@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import msgspec
 
 from gpudesk import render
-from gpudesk.api.client import Client, EventStream
+from gpudesk.api.client import Client
 from gpudesk.api.errors import EngineError
 from gpudesk.api.models import JobView, LoaderView, UsageFigures, to_builtins
 from gpudesk.api.submit import (
@@ -30,6 +30,7 @@ from gpudesk.api.submit import (
     run_group,
     submit_profile,
 )
+from gpudesk.api.wakeups import Wakeups
 from gpudesk.cli.run_progress import Progress
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.hw.telemetry.energy import summarize
@@ -434,7 +435,7 @@ def run_profile(
         report.jobs = jobs
 
     try:
-        with client.events("job") as events:
+        with Wakeups(client, "job") as events:
 
             def follow(ids: object = None) -> None:
                 report.jobs = _follow(client, events, group, progress, seen)
@@ -532,7 +533,7 @@ def _add_usage(client: Client, report: RunReport) -> None:
 
 def _follow(
     client: Client,
-    events: EventStream,
+    events: Wakeups,
     group: str,
     progress: Progress,
     seen: Callable[[list[JobView]], None],
@@ -549,7 +550,6 @@ def _follow(
         # Wake on the next event, or refresh anyway (a SUB socket can miss the first ones),
         # but never sooner than `gap` after the last refresh began.
         if events.wait(max(REFRESH_S, gap)):
-            events.drain()
             time.sleep(max(0.0, gap - (time.monotonic() - started)))
             events.drain()
 
