@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import msgspec
 
-from gpudesk.api.errors import BAD_REPLY, EngineError
+from gpudesk.api.errors import BAD_REPLY, TOO_LARGE, EngineError
 from gpudesk.api.models import (
     ActionOutcome,
     ActionResult,
@@ -316,21 +316,36 @@ class Client:
         hold: bool = False,
     ) -> SubmitResult:
         """`submit`, with all the engine said: the ids, and whether the station is SIMULATED.
-        `hold`: queued held, none starting until `release` (the station's jobs only)."""
+        `hold`: queued held, none starting until `release` (the station's jobs only). A
+        submission larger than one request may be (about 2,000 plain jobs) goes in parts that
+        start as one, all or none (`gpudesk.api.submit_parts`)."""
         args = self._submit_args(specs, env)
         if hold:
             args = msgspec.structs.replace(args, hold=True)
-        return self.ask(SubmitResult, "submit", args)
+        try:
+            return self.ask(SubmitResult, "submit", args)
+        except EngineError as exc:
+            if exc.code != TOO_LARGE or len(args.jobs) < 2:
+                raise
+        # more than one request holds (never sent): in parts that start as one
+        from gpudesk.api.submit_parts import submit_in_parts
+
+        return submit_in_parts(self, args.jobs, args.env, hold=hold)
 
     def check_submit(self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None) -> bool:
         """Whether the engine would accept these jobs, queueing nothing: raises the EngineError
         `submit` would. False when the engine is older than this check (it cannot say)."""
+        args = self._submit_args(specs, env)
         try:
-            self.ask(SubmitResult, "check_submit", self._submit_args(specs, env))
+            self.ask(SubmitResult, "check_submit", args)
         except EngineError as exc:
             if exc.code == UNKNOWN_OP:
                 return False
-            raise
+            if exc.code != TOO_LARGE or len(args.jobs) < 2:
+                raise
+            from gpudesk.api.submit_parts import check_in_parts
+
+            check_in_parts(self, args.jobs, args.env)
         return True
 
     @staticmethod

@@ -256,7 +256,9 @@ def submit_and_report(
         what = array_line(submitted.ids, extras.array) if extras.array else f"job {job_id}"
         print(f"submitted {what} ({spec.name}){where}")
         if hold:
-            print(f"held: `gpudesk release {job_id}` lets it start")
+            print(
+                f"held: {_release_hint(submitted.ids) if extras.array else _release_hint([job_id])}"
+            )
         # queued, but no GPU will drain for it: say so now, not at the next `queue`
         for line in change_lines(submitted.waits_for_change):
             print(f"note: {line}", file=sys.stderr)
@@ -273,3 +275,12 @@ def check_workdir_usable(cwd: Path) -> None:
     unusable = workdir_problem(str(cwd))
     if unusable is not None:
         fail(f"--workdir: {unusable}", EXIT_USAGE)
+
+
+def _release_hint(ids: list[int]) -> str:
+    """How to let held jobs start: `gpudesk release` names jobs one by one (an array's too)."""
+    if len(ids) == 1:
+        return f"`gpudesk release {ids[0]}` lets it start"
+    if ids == list(range(ids[0], ids[-1] + 1)):
+        return f"`gpudesk release $(seq {ids[0]} {ids[-1]})` lets them start"
+    return "`gpudesk release` each of its jobs to let it start"

@@ -46,14 +46,15 @@ def begin_text(job: JobRecord, now: float) -> str:
 
 def submit_problem(index: int, spec: JobSpec, named: Callable[[str], str] | None = None) -> str:
     """What is wrong with the `index`-th job of a submit request, in these fields ("": nothing):
-    an array is submitted whole (its first job named as -k, the k-th job of the request, before
-    it); a Slurm job takes none of them yet (sbatch would, as its own options). `named`: how a
-    field is said (`gpudesk submit` says its option); by default as the request names it."""
-    if spec.array_job is not None and not -index <= spec.array_job < 0:
+    an array's first job named as -k is the k-th job of the request, before it (an id: an array
+    continued from an earlier request, which the engine checks); a Slurm job takes none of them
+    yet (sbatch would, as its own options). `named`: how a field is said (`gpudesk submit`
+    says its option); by default as the request names it."""
+    if spec.array_job is not None and spec.array_job < 0 and spec.array_job < -index:
         where = named("array_job") if named else f"jobs[{index}].array_job"
         return (
-            f"{where}: an array is submitted in one request: name its first "
-            "job as -k, the k-th job of this request, before this one"
+            f"{where}: an array's first job is named as -k, the k-th job of this request, "
+            "before this one (or by its id, for an array its owner continues in a later request)"
         )
     if spec.cluster is not None and (
         spec.array_task is not None or spec.after_any or spec.after_notok or spec.notify is not None

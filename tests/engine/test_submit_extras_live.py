@@ -146,17 +146,20 @@ def test_bad_input_is_one_paragraph_and_queues_nothing(engine: EngineHandle) -> 
         assert len(done.stderr.strip().split("\n\n")) == 1, done.stderr
     assert engine.api.jobs() == []
     # what no typed client sends: the door refuses it, naming the field
-    for job, says in (
-        ({"comment": "x\x07y"}, "jobs[0].comment"),
-        ({"array_task": 0, "array_job": 5}, "jobs[0].array_job"),
-        ({"begin_at": "soon"}, "jobs[0].begin_at"),
+    # (an array's first job named by an id continues an array of an earlier request: one that
+    # names no job is `unknown_job`, as `after` is)
+    for job, code, says in (
+        ({"comment": "x\x07y"}, "invalid_args", "jobs[0].comment"),
+        ({"array_task": 0, "array_job": 5}, "unknown_job", "jobs[0].array_job"),
+        ({"array_task": 0, "array_job": -1}, "invalid_args", "jobs[0].array_job"),
+        ({"begin_at": "soon"}, "invalid_args", "jobs[0].begin_at"),
     ):
         try:
             engine.client.request(
                 "submit", jobs=[{"name": "raw", "command": ["true"], **job}], env={}
             )
         except EngineError as exc:
-            assert exc.code == "invalid_args" and says in str(exc), exc
+            assert exc.code == code and says in str(exc), exc
         else:
             raise AssertionError(f"{job} was accepted")
     assert engine.api.jobs() == []

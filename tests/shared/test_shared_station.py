@@ -278,3 +278,17 @@ def test_a_member_suspends_and_resumes_her_job_and_only_an_admin_drains(station:
     assert station.job(job_id)["state"] == "suspended"
     station.ok("ada", "cancel", jobs=[job_id], grace=30)
     assert station.wait_state(job_id, "cancelled")["state"] == "cancelled"
+
+
+def test_an_array_is_continued_by_its_owner_alone(station: Station) -> None:
+    """A submission too large for one request continues its array in the next part, naming
+    the array's first job by id (gpudesk.api.submit_parts): bob may not add tasks to ada's
+    array (they would count against its limit), ada may."""
+    head = {"name": "sweep_0", "command": ["true"], "array_task": 0, "array_limit": 1}
+    head_id = station.submit("ada", head, hold=True)
+    task = {**head, "name": "sweep_1", "array_job": head_id, "array_task": 1}
+    refused = station.call("bob", "submit", jobs=[task], env={"PATH": "/usr/bin:/bin"})
+    assert refused["ok"] is False, refused
+    assert "is another user's; an array is continued only by its owner" in str(refused)
+    task_id = station.submit("ada", task, hold=True)
+    assert station.job(task_id)["user"] == station.users["ada"].name

@@ -15,11 +15,13 @@ from gpudesk.core.jobs import (
     check_env,
 )
 from gpudesk.core.protocol import ProtocolError
+from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import SubmitResult
 from gpudesk.core.wire.requests import SubmitArgs
 from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.schema import UnknownJob
 from gpudesk.policy import job_gates, user_limits
 from gpudesk.text import safe_text
 from gpudesk.tracking.available import missing_for
@@ -72,12 +74,14 @@ class SubmitRequests(Requests):
         """The jobs of a submit request and the submitter's environment, once every check
         passed; raises ProtocolError naming the first that failed."""
         specs: list[JobSpec] = []
+        known: set[int] = set()  # the job ids named so far that exist: each looked up once
         for index, raw in enumerate(args.jobs):
             try:
                 specs.append(JobSpec.from_dict(raw))
             except SpecError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"jobs[{index}].{exc}") from None
-            self._check_references(index, specs[-1])
+            self._check_references(index, specs[-1], known)
+        self._check_arrays_continued(specs, caller)
         base_env = args.env
         if base_env is not None:
             try:
@@ -91,9 +95,10 @@ class SubmitRequests(Requests):
         self._check_queued_limit(caller, len(specs))
         return specs, base_env
 
-    def _check_references(self, index: int, spec: JobSpec) -> None:
-        """The jobs a job waits for exist (-k: the k-th job of this request, before it), and its
-        array's first job is one of this request's, before it (an array is submitted whole)."""
+    def _check_references(self, index: int, spec: JobSpec, known: set[int]) -> None:
+        """The jobs a job waits for exist (-k: the k-th job of this request, before it; an id
+        in `known` was found already), and its array's first job named as -k is one of this
+        request's, before it (`_check_arrays_continued` checks one named by its id)."""
         for key, refs in (
             ("after", spec.after),
             ("after_any", spec.after_any),
@@ -107,11 +112,49 @@ class SubmitRequests(Requests):
                             f"jobs[{index}].{key}: {job_id} names job {-job_id} of this "
                             "request; a job can run only after jobs before it in the request",
                         )
-                else:
+                elif job_id not in known:
                     check_after_known(self.parts.store, (job_id,), f"jobs[{index}].{key}")
+                    known.add(job_id)
         problem = job_gates.submit_problem(index, spec)
         if problem:
             raise ProtocolError(protocol.INVALID_ARGS, problem)
+
+    def _check_arrays_continued(self, specs: list[JobSpec], caller: Caller) -> None:
+        """Tasks whose array's first job is named by its id continue an array of an earlier
+        request (a submission too large for one, sent in parts: gpudesk.api.submit_parts):
+        that job must be the first of an array, the caller's own, with the same task limit."""
+        heads: dict[int, JobRecord] = {}
+        for index, spec in enumerate(specs):
+            head_id = spec.array_job
+            if head_id is None or head_id < 0:
+                continue
+            where = f"jobs[{index}].array_job"
+            if head_id not in heads:
+                try:
+                    heads[head_id] = self.parts.store.job(head_id)
+                except UnknownJob:
+                    raise ProtocolError(
+                        protocol.UNKNOWN_JOB,
+                        f"{where}: there is no job {head_id} whose array to continue",
+                    ) from None
+            head = heads[head_id]
+            if head.owner.uid != caller.uid:
+                raise ProtocolError(
+                    protocol.REFUSED,
+                    f"{where}: job {head_id} is another user's; an array is continued only by "
+                    "its owner",
+                )
+            if head.spec.array_task is None or head.spec.array_job is not None:
+                raise ProtocolError(
+                    protocol.INVALID_ARGS,
+                    f"{where}: job {head_id} is not the first job of an array",
+                )
+            if head.spec.array_limit != spec.array_limit:
+                raise ProtocolError(
+                    protocol.INVALID_ARGS,
+                    f"{where}: job {head_id}'s array runs {_limit(head.spec.array_limit)}, this "
+                    f"task {_limit(spec.array_limit)}: an array has one limit",
+                )
 
     @staticmethod
     def _check_one_place(specs: list[JobSpec]) -> None:
@@ -165,3 +208,7 @@ class SubmitRequests(Requests):
                     f"jobs[{index}] ({safe_text(spec.name)!r}).priority: {refusal} "
                     "Nothing was submitted.",
                 )
+
+
+def _limit(array_limit: int | None) -> str:
+    return "with no limit" if array_limit is None else f"at most {array_limit} at once"

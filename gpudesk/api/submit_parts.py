@@ -1,0 +1,201 @@
+"""A submit too large for one request, sent in parts that start as one.
+
+The engine parses at most `MAX_REQUEST_VALUES` JSON values and `MAX_MESSAGE_BYTES` in one
+request (core/protocol.py: the loop that parses it serves every user), about 2,000 plain jobs.
+A larger submission (a profile's 5,000-point sweep, `gpudesk submit --array 1-5000`) goes in
+parts of at most `PART_JOBS` jobs, each queued held so that none starts before all are in, then
+released, in order. It is all or none, as one request is: a part the engine refuses, or an
+interrupt, cancels the parts already queued (held, so none of their jobs started) and the
+refusal is raised as the engine said it, its `jobs[k]` counted over the whole submission.
+
+References between the parts become ids: a job's dependency on the k-th job of the submission
+(-k, as `check_after` takes it) names that job's id once its part is queued, and an array's
+tasks in later parts name its first job's id (the engine takes an array so continued by its
+owner: engine/requests/submission.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gpudesk.api.errors import TOO_LARGE, EngineError
+from gpudesk.api.models import ActionOutcome, SubmitResult
+from gpudesk.core.protocol import MAX_MESSAGE_BYTES, MAX_REQUEST_VALUES, Request, json_values
+
+if TYPE_CHECKING:
+    from gpudesk.api.client import Client
+
+# At most this many jobs a part: the engine queues 1,000 jobs of one request in ~57 ms
+# (docs/benchmarks.md, "1,000 jobs in one submit request"), about issue 36's 50 ms a request may
+# hold the engine's loop; a whole that fits one message is still sent as one request.
+PART_JOBS = 1_000
+# Job ids named in one cancel or release request: a list of ids is one value each.
+IDS_PER_REQUEST = 1_000
+_DEPENDENCY_KEYS = ("after", "after_any", "after_notok")
+_REQUEST_INDEX = re.compile(r"^jobs\[(\d+)\]")
+
+Job = dict[str, Any]  # a JobSpec as the request carries it (JobSpec.to_dict)
+
+
+def plan_parts(jobs: Sequence[Job], env: dict[str, str] | None) -> list[range]:
+    """The submission cut into runs of jobs, each of whose request is within the engine's
+    limits (a job too large alone is a part of its own, which the engine refuses as before)."""
+    envelope = Request(op="submit", args={"jobs": [], "env": env, "hold": True}, id=2**31).encode()
+    base_bytes, base_values = len(envelope), json_values(envelope)
+    parts: list[range] = []
+    start, size, values = 0, base_bytes, base_values
+    for index, job in enumerate(jobs):
+        raw = json.dumps(job).encode()
+        job_bytes, job_values = len(raw) + 2, json_values(raw) + 1  # its ", " in the list
+        full = (
+            size + job_bytes > MAX_MESSAGE_BYTES
+            or values + job_values > MAX_REQUEST_VALUES
+            or index - start >= PART_JOBS
+        )
+        if full and index > start:
+            parts.append(range(start, index))
+            start, size, values = index, base_bytes, base_values
+        size, values = size + job_bytes, values + job_values
+    parts.append(range(start, len(jobs)))
+    return parts
+
+
+def _refers(ref: int, part: range, ids: Sequence[int] | None) -> int | None:
+    """`ref` as the job of `part` must name it: a job id as is; -k (the k-th job of the whole
+    submission) counted within the part, or, before the part, that job's id (None where the
+    earlier parts have no ids: a check, which leaves the reference out)."""
+    if ref > 0:
+        return ref
+    target = -ref - 1
+    if target >= part.start:
+        return -(target - part.start + 1)
+    return ids[target] if ids is not None else None
+
+
+def part_jobs(jobs: Sequence[Job], part: range, ids: Sequence[int] | None) -> list[Job]:
+    """The jobs of `part`, their references made to fit it (`_refers`)."""
+    out = []
+    for job in jobs[part.start : part.stop]:
+        changed = dict(job)
+        for key in (k for k in _DEPENDENCY_KEYS if job.get(k)):
+            refs = [_refers(ref, part, ids) for ref in job[key]]
+            changed[key] = [ref for ref in refs if ref is not None]
+        if job.get("array_job") is not None:
+            changed["array_job"] = _refers(job["array_job"], part, ids)
+        out.append(changed)
+    return out
+
+
+def _counted_over_all(exc: EngineError, part: range) -> EngineError:
+    """The engine's refusal of the `k`-th job of a part, said of the `part.start + k`-th of
+    the whole submission, as one request would have said it."""
+    message = _REQUEST_INDEX.sub(lambda m: f"jobs[{int(m[1]) + part.start}]", str(exc), count=1)
+    return EngineError(message, exc.code)
+
+
+def _in_batches(
+    act: Callable[[list[int]], list[ActionOutcome]], ids: Sequence[int]
+) -> list[ActionOutcome]:
+    outcomes: list[ActionOutcome] = []
+    for start in range(0, len(ids), IDS_PER_REQUEST):
+        outcomes.extend(act(list(ids[start : start + IDS_PER_REQUEST])))
+    return outcomes
+
+
+def _id_ranges(ids: Sequence[int]) -> str:
+    """`ids` said short: "17-2016" for a run, "3, 5-9" otherwise."""
+    runs: list[list[int]] = []
+    for job_id in sorted(ids):
+        if runs and job_id == runs[-1][1] + 1:
+            runs[-1][1] = job_id
+        else:
+            runs.append([job_id, job_id])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _withdrawn(client: Client, ids: Sequence[int]) -> str:
+    """Cancel the jobs of the parts already queued (held: none started); what to add to the
+    error that ended the submission, so that its cancelled jobs in the history are explained."""
+    if not ids:
+        return ""
+    try:
+        left = [o.id for o in _in_batches(client.cancel, ids) if not o.ok]
+    except EngineError as exc:
+        return (
+            f" Its first {len(ids):,} job(s), queued held in parts before, could not all be "
+            f"cancelled ({exc}): jobs {_id_ranges(ids)}; `gpudesk cancel` them."
+        )
+    if left:
+        return (
+            f" Its first {len(ids):,} job(s), queued held in parts before, were cancelled "
+            f"but for jobs {_id_ranges(left)}; `gpudesk cancel` them."
+        )
+    return f" Its first {len(ids):,} job(s), queued held in parts before, were cancelled."
+
+
+def submit_in_parts(
+    client: Client, jobs: Sequence[Job], env: dict[str, str] | None, *, hold: bool
+) -> SubmitResult:
+    """Queue `jobs` in parts (`plan_parts`), all or none; released once all are in, unless
+    `hold` (the submitter asked for them held)."""
+    parts = plan_parts(jobs, env)
+    cluster = next((job["cluster"] for job in jobs if job.get("cluster")), None)
+    if cluster is not None:
+        raise EngineError(
+            f"these {len(jobs):,} jobs for a Slurm cluster do not fit in one request (about "
+            f"{len(parts[0]):,} of them do), and a submission to Slurm is sent whole: submit fewer "
+            "at once, or write the sweep out as a Slurm job array (`gpudesk export slurm`)",
+            TOO_LARGE,
+        )
+    ids: list[int] = []
+    waits: dict[int, str] = {}
+    simulated: str | None = None
+    try:
+        for part in parts:
+            args = {"jobs": part_jobs(jobs, part, ids), "env": env, "hold": True}
+            try:
+                result = client.call(SubmitResult, "submit", **args)
+            except EngineError as exc:
+                raise _counted_over_all(exc, part) from None
+            ids.extend(result.ids)
+            waits.update(result.waits_for_change)
+            simulated = result.simulated
+    except EngineError as exc:
+        raise EngineError(f"{exc}{_withdrawn(client, ids)}", exc.code) from None
+    except BaseException:  # an interrupt between the parts: none of them runs
+        _withdrawn(client, ids)
+        raise
+    if not hold:
+        _release(client, ids)
+    return SubmitResult(ids=ids, simulated=simulated, waits_for_change=waits)
+
+
+def _release(client: Client, ids: Sequence[int]) -> None:
+    try:
+        held = [o.id for o in _in_batches(client.release, ids) if not o.ok]
+    except EngineError as exc:
+        raise EngineError(
+            f"all {len(ids):,} jobs were queued (in parts, held until all were in), but "
+            f"releasing them failed ({exc}): jobs {_id_ranges(ids)} may still be held; "
+            "`gpudesk release` them",
+            exc.code,
+        ) from None
+    if held:
+        raise EngineError(
+            f"all {len(ids):,} jobs were queued (in parts, held until all were in), but jobs "
+            f"{_id_ranges(held)} could not be released; `gpudesk release` them"
+        )
+
+
+def check_in_parts(client: Client, jobs: Sequence[Job], env: dict[str, str] | None) -> None:
+    """`check_submit` of a submission too large for one request, part by part. A part's check
+    cannot name the jobs of the parts before it (none is queued): those references, which the
+    profile's reading already checked, are left out of it."""
+    for part in plan_parts(jobs, env):
+        try:
+            client.call(SubmitResult, "check_submit", jobs=part_jobs(jobs, part, None), env=env)
+        except EngineError as exc:
+            raise _counted_over_all(exc, part) from None

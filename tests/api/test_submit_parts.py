@@ -1,0 +1,122 @@
+"""A submission too large for one request goes in parts that start as one (api/submit_parts.py):
+a real engine, its real limits on one request (core/protocol.py)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import EngineHandle
+
+from gpudesk.api.errors import TOO_LARGE, EngineError
+from gpudesk.api.submit_parts import PART_JOBS, plan_parts, submit_in_parts
+from gpudesk.core.jobs import JobSpec
+from gpudesk.core.protocol import MAX_MESSAGE_BYTES, MAX_REQUEST_VALUES, Request, json_values
+
+# More than one request holds: ~50 values a plain job, 100,000 a request
+MANY = 2_500
+
+
+def specs(count: int, **fields: object) -> list[JobSpec]:
+    return [JobSpec(name=f"j{k}", command=("true",), **fields) for k in range(count)]  # type: ignore[arg-type]
+
+
+def test_the_parts_each_fit_one_request_and_cover_the_submission_in_order() -> None:
+    jobs = [
+        {"name": f"j{k}", "command": ["true", "x" * (k % 300)], "workdir": "/"}
+        for k in range(7_000)
+    ]
+    env = {"PATH": "/usr/bin", "BIG": "y" * 100_000}
+    parts = plan_parts(jobs, env)
+    assert [k for part in parts for k in part] == list(range(len(jobs)))
+    assert len(parts) > 3 and all(0 < len(part) <= PART_JOBS for part in parts)
+    for part in parts:
+        body = Request(
+            op="submit", args={"jobs": jobs[part.start : part.stop], "env": env, "hold": True}, id=7
+        ).encode()
+        assert len(body) <= MAX_MESSAGE_BYTES and json_values(body) <= MAX_REQUEST_VALUES
+    # one that fits whole is one part; a job too large alone is a part of its own
+    assert plan_parts(jobs[:10], env) == [range(0, 10)]
+    huge = [
+        {"name": "a"},
+        {"name": "b", "env": {"X": "z" * (MAX_MESSAGE_BYTES + 1)}},
+        {"name": "c"},
+    ]
+    assert plan_parts(huge, None) == [range(0, 1), range(1, 2), range(2, 3)]
+
+
+def test_a_submission_larger_than_one_request_is_queued_whole_in_order_and_runs(
+    engine: EngineHandle,
+) -> None:
+    with pytest.raises(EngineError) as refused:  # what one request of it would be told
+        engine.client.request("submit", jobs=[s.to_dict() for s in specs(MANY)])
+    assert refused.value.code == TOO_LARGE
+    jobs = specs(MANY)
+    # each job after the first and the one before it: references across the parts
+    jobs = [jobs[0]] + [
+        JobSpec(name=s.name, command=s.command, after=(-1, -k)) for k, s in enumerate(jobs[1:], 1)
+    ]
+    submitted = engine.api.submit_jobs(jobs, hold=True)
+    ids = submitted.ids
+    assert len(ids) == MANY and ids == list(range(ids[0], ids[0] + MANY))
+    listed = {j.id: j for j in engine.api.jobs(ids=ids)}
+    assert all(j.state == "queued" and j.held and j.attempts == 0 for j in listed.values())
+    for k in (1, PART_JOBS - 1, PART_JOBS, PART_JOBS + 1, MANY - 1):
+        assert sorted(engine.show(ids[k]).job.spec.after) == sorted({ids[0], ids[k - 1]}), k
+    # not held: released once all are in (here they wait for a held job, so none starts)
+    released = engine.api.submit_jobs(specs(MANY, after=(ids[0],))).ids
+    assert not any(j.held for j in engine.api.jobs(ids=released))
+    engine.api.cancel(released[1:])
+    engine.api.release([ids[0]])
+    assert engine.wait_state(released[0], "succeeded")
+
+
+def test_an_array_larger_than_one_request_is_one_array(engine: EngineHandle, gpudesk) -> None:
+    code, out, err = gpudesk("submit", "--hold", "--array", f"0-{MANY - 1}%2", "--", "true")
+    assert code == 0, err
+    head = int(out.split("array job ")[1].split()[0])
+    assert f"held: `gpudesk release $(seq {head} {head + MANY - 1})` lets them start" in out
+    last = engine.show(head + MANY - 1).job.spec
+    assert (last.array_job, last.array_task, last.array_limit) == (head, MANY - 1, 2)
+    assert engine.show(head).job.spec.array_job is None
+
+
+def test_a_part_the_engine_refuses_leaves_nothing_queued_and_counts_its_job_over_the_whole(
+    engine: EngineHandle,
+) -> None:
+    jobs = specs(MANY)
+    jobs[1_700] = JobSpec(name="late", command=("true",), after=(999_999,))
+    with pytest.raises(EngineError) as refused:
+        engine.api.submit_jobs(jobs)
+    message = str(refused.value)
+    assert message.startswith("jobs[1700].after: there is no job 999999"), message
+    assert "Its first 1,000 job(s), queued held in parts before, were cancelled." in message
+    every = engine.api.jobs(archived=True)
+    assert len(every) == PART_JOBS
+    assert all(j.state == "cancelled" and j.attempts == 0 for j in every)
+
+
+def test_a_queue_limit_reached_in_a_later_part_refuses_the_whole(engine: EngineHandle) -> None:
+    engine.client.request("configure", station={"max_queued_per_user": MANY - 1})
+    with pytest.raises(EngineError) as refused:
+        engine.api.submit_jobs(specs(MANY))
+    assert "Nothing was submitted" in str(refused.value), refused.value
+    every = engine.api.jobs(archived=True)  # the first parts', cancelled before any started
+    assert len(every) == 2 * PART_JOBS
+    assert all(j.state == "cancelled" and j.attempts == 0 for j in every)
+
+
+def test_an_array_continued_by_id_must_be_its_owners_first_job(engine: EngineHandle) -> None:
+    (plain,) = engine.submit({"name": "plain", "command": ["true"]})
+    with pytest.raises(EngineError, match="is not the first job of an array"):
+        engine.submit({"name": "t", "command": ["true"], "array_job": plain, "array_task": 1})
+    with pytest.raises(EngineError, match="there is no job 999999 whose array"):
+        engine.submit({"name": "t", "command": ["true"], "array_job": 999_999, "array_task": 1})
+
+
+def test_a_slurm_submission_too_large_is_refused_before_anything_is_sent() -> None:
+    class Unreachable:
+        def call(self, *args: object, **kwargs: object) -> None:
+            raise AssertionError("nothing may be sent")
+
+    jobs = [{"name": f"j{k}", "cluster": {"name": "c"}, "command": ["true"]} for k in range(3_000)]
+    with pytest.raises(EngineError, match="a submission to Slurm is sent whole"):
+        submit_in_parts(Unreachable(), jobs, None, hold=False)  # type: ignore[arg-type]
