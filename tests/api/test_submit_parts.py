@@ -120,3 +120,26 @@ def test_a_slurm_submission_too_large_is_refused_before_anything_is_sent() -> No
     jobs = [{"name": f"j{k}", "cluster": {"name": "c"}, "command": ["true"]} for k in range(3_000)]
     with pytest.raises(EngineError, match="a submission to Slurm is sent whole"):
         submit_in_parts(Unreachable(), jobs, None, hold=False)  # type: ignore[arg-type]
+
+
+def test_an_interrupt_between_the_parts_cancels_the_parts_queued(engine: EngineHandle) -> None:
+    """Ctrl-C while the third part is on its way: the first two, held, are cancelled."""
+    client = engine.api
+    sent: list[str] = []
+    real_call = client.call
+
+    def call(model: type, op: str, **args: object) -> object:
+        sent.append(op)
+        if op == "submit" and sent.count("submit") == 3:
+            raise KeyboardInterrupt
+        return real_call(model, op, **args)
+
+    client.call = call  # type: ignore[method-assign]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            submit_in_parts(client, [s.to_dict() for s in specs(MANY)], None, hold=False)
+    finally:
+        client.call = real_call  # type: ignore[method-assign]
+    every = engine.api.jobs(archived=True)
+    assert len(every) == 2 * PART_JOBS and sent.count("cancel") == 2
+    assert all(j.state == "cancelled" and j.attempts == 0 for j in every)
