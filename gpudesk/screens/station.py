@@ -16,6 +16,7 @@ from gpudesk.screens.widgets.footer import DeskFooter
 from gpudesk.screens.widgets.gpu_card import GpuCard
 from gpudesk.screens.widgets.job_list import render_job_list
 from gpudesk.screens.widgets.strips import DeskHeader, HostStrip
+from gpudesk.text import printable_message
 
 MIN_LIST_LINES = 3  # title, header, one job
 MIN_LIST_GAP = 1  # a blank line between the cards and the list
@@ -58,7 +59,9 @@ class StationScreen(DeskScreen):
         store = state.status.store_problem if state.status else None
         if store:  # the header marks it on every screen; here it is said in full
             problem = "\n".join(line for line in (problem, f"store: {store}") if line)
-        note.update(problem or "")
+        # the engine's words quote paths a user chose (the state folder, the nvidia-smi to
+        # call): shown as they are, never read as markup, their control characters spelled out
+        note.update(Text(printable_message(problem or "")))
         note.display = bool(problem)
         cards = {card.index: card for card in grid.query(GpuCard)}
         wanted = [g.index for g in gpus]

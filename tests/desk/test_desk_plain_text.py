@@ -4,9 +4,13 @@ read as Textual markup, where `[/]` closed the desk with a traceback and `[b]` h
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from typing import Any
 
+import msgspec
 from conftest import EngineHandle
+from replay import still_desk
 from test_desk_actions import SLEEP, run_desk, select_job, until
 from test_desk_palette import palette
 from textual.widgets import Static
@@ -15,6 +19,7 @@ from textual.widgets._toast import Toast
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.dialogs import ConfirmScreen, JobPromptScreen, SubmitScreen
 from gpudesk.screens.edit_dialog import EditJobScreen
+from gpudesk.screens.feed import Frame
 from gpudesk.screens.job import JobScreen, LogScreen
 from gpudesk.screens.queue import QueueScreen
 
@@ -68,3 +73,29 @@ def test_a_name_with_brackets_is_shown_as_typed(sim_engine: EngineHandle) -> Non
         assert app.is_running
 
     run_desk(sim_engine, scenario, notifications=True)
+
+
+def test_the_station_note_shows_the_engines_words_as_they_are() -> None:
+    """The note over the GPU cards says what the engine says of the GPUs and of its store,
+    which quote paths a user chose (the state folder, the nvidia-smi to call): brackets in them
+    are shown, where `[/]` closed the desk with a MarkupError and `[bold]` hid a path's part."""
+    gpu_problem = "nvidia-smi (/opt/[/]bin/nvidia-smi) failed: NVML [link=x] not loaded"
+    store_problem = (
+        "cannot be written: the disk holding gpudesk's state folder "
+        "(/home/ana/[bold]runs[/bold]/state, 12 KiB free) is full"
+    )
+
+    def troubled(frame: Frame) -> Frame:
+        station = msgspec.structs.replace(frame.status.station, gpu_problem=gpu_problem)
+        status = msgspec.structs.replace(frame.status, station=station, store_problem=store_problem)
+        return dataclasses.replace(frame, status=status)
+
+    app, _ = still_desk(troubled)
+
+    async def main() -> str:
+        async with app.run_test(size=(120, 40)) as pilot:
+            note = app.screen.query_one("#station-note", Static)
+            return str(await until(pilot, lambda: note.display and shown(note)))
+
+    said = asyncio.run(main())
+    assert said == f"{gpu_problem}\nstore: {store_problem}"
