@@ -12,7 +12,7 @@ import typer
 from gpudesk.cli.common import current_home, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_USAGE
 from gpudesk.paths import SYSTEM_ADMIN_GROUP, SYSTEM_GROUP, SYSTEM_SOCKET, SYSTEM_STATE_DIR
-from gpudesk.text import quoted
+from gpudesk.text import printable_message, quoted
 
 if TYPE_CHECKING:
     from gpudesk.api.models import LoopTimingView, StationStatus
@@ -302,7 +302,7 @@ def _print_users_and_stores(status: StationStatus) -> None:
         )
     for change in status.station_changes:
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(change.ts))
-        print(f"changed: {stamp} {change.message}")
+        print(f"changed: {stamp} {printable_message(change.message)}")  # an old row's ESC too
 
 
 def loop_line(loop: LoopTimingView) -> str:

@@ -13,7 +13,7 @@ from gpudesk import render
 from gpudesk.cli import job_extras_view
 from gpudesk.cli.common import simulated_banner
 from gpudesk.cli.plot_output import write_plot
-from gpudesk.text import printable_line
+from gpudesk.text import printable_line, printable_message
 
 if TYPE_CHECKING:
     from gpudesk.api.models import (
@@ -161,7 +161,10 @@ def _attempt_lines(attempts: list[AttemptView], width: int) -> list[str]:
 def _event_lines(events: list[EventView], width: int) -> list[str]:
     lines = ["events:"]
     for e in events:
-        event = f"  {render.clock(e.ts)}  {e.state or e.kind:<10} {e.message}"
+        # spelled out here too: a row stored before the engine spelled what it quotes (an
+        # edit's command, before c84e003) holds its escape sequences as they came
+        message = printable_message(e.message)
+        event = f"  {render.clock(e.ts)}  {e.state or e.kind:<10} {message}"
         lines.append(render.fill(event, width, " " * EVENT_INDENT))
     return lines
 

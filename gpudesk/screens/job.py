@@ -24,7 +24,7 @@ from gpudesk.screens.state import DeskState, job_runtime, sharing_mode
 from gpudesk.screens.widgets.footer import DeskFooter
 from gpudesk.screens.widgets.glyphs import sparkline
 from gpudesk.screens.widgets.strips import DeskHeader
-from gpudesk.text import printable
+from gpudesk.text import printable, printable_message
 from gpudesk.units import watt_hours
 
 DETAIL_REFRESH_S = 2.0
@@ -170,7 +170,9 @@ def render_events(detail: JobDetail | None, trouble: DetailTrouble | None = None
         text.append("\n(loading…)" if detail is None else "\n(none)", style="dim")
     for event in events[-EVENTS_SHOWN:]:
         text.append(f"\n{render.clock(event.ts)} ", style="dim")
-        text.append(event.message)
+        # spelled out here too: a row stored before the engine spelled what it quotes (an
+        # edit's command, before c84e003) holds its escape sequences as they came
+        text.append(printable_message(event.message))
     return text
 
 

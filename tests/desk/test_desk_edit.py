@@ -4,6 +4,8 @@ the form, the change checked in the engine's own state, and a running job refuse
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from typing import Any
 
 import pytest
@@ -138,5 +140,33 @@ def test_an_edit_of_a_command_with_escapes_is_spelled_out_in_the_job_events(
         events = screen.query_one("#job-events", Static)
         said = await until(pilot, lambda: "edited by user" in (t := str(events.render())) and t)
         assert r"command sleep 1 -> printf \x1b[2J" in said and "\x1b" not in said
+
+    run_desk(engine, scenario)
+
+
+def test_an_event_stored_with_raw_escapes_before_they_were_spelled_is_spelled_out(
+    busy_station: tuple[EngineHandle, int, int],
+) -> None:
+    """A row an engine before c84e003 stored, the command's escape sequences as they came
+    (inserted here into the engine's own SQLite store): the job detail spells them out when it
+    shows the event, so an old store cannot clear the desk's screen or retitle its terminal."""
+    engine, _, waiter = busy_station
+    raw = "edited by user: command sleep 1 -> printf \x1b[2J\x1b]0;owned\x07\x9b31m"
+    with sqlite3.connect(engine.home.db, timeout=30.0) as conn:
+        conn.execute(
+            "INSERT INTO events (ts, job_id, attempt, kind, state, message) "
+            "VALUES (?, ?, NULL, 'edit', NULL, ?)",
+            (time.time(), waiter, raw),
+        )
+
+    async def scenario(app: DeskApp, pilot: Any) -> None:
+        await select_job(app, pilot, waiter)
+        await pilot.press("enter")
+        screen = await until(pilot, lambda: isinstance(app.screen, JobScreen) and app.screen)
+        events = screen.query_one("#job-events", Static)
+        said = await until(pilot, lambda: "edited by user" in (t := str(events.render())) and t)
+        assert r"printf \x1b[2J\x1b]0;owned\x07\x9b31m" in said, said
+        drawn = "".join(s.text for y in range(events.size.height) for s in events.render_line(y))
+        assert not {"\x1b", "\x07", "\x9b"} & set(said + drawn)
 
     run_desk(engine, scenario)

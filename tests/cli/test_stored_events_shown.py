@@ -1,0 +1,48 @@
+"""Events kept in the store as they were written, before the engine spelled out what they quote
+(c84e003: an edit's event held a command's ESC as it is): `gpudesk show` and `gpudesk engine
+status` spell out their control characters when they print them, so an old row in the store
+cannot clear the reader's screen or retitle their terminal."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from conftest import EngineHandle, Run
+
+from gpudesk.core.station import STATION_EVENT
+
+RAW = "edited by user: command sleep 1 -> printf \x1b[2J\x1b]0;owned\x07\x9b31m"
+SPELLED = r"edited by user: command sleep 1 -> printf \x1b[2J\x1b]0;owned\x07\x9b31m"
+
+
+def store_raw_event(engine: EngineHandle, kind: str, message: str, job_id: int | None) -> None:
+    """A row as an engine before c84e003 stored it: the message as it came."""
+    with sqlite3.connect(engine.home.db, timeout=30.0) as conn:
+        conn.execute(
+            "INSERT INTO events (ts, job_id, attempt, kind, state, message) "
+            "VALUES (?, ?, NULL, ?, NULL, ?)",
+            (time.time(), job_id, kind, message),
+        )
+
+
+def test_show_spells_out_an_old_events_control_characters(
+    engine: EngineHandle, gpudesk: Run
+) -> None:
+    (job,) = engine.submit({"name": "old", "command": ["true"]})
+    engine.wait_state(job, "succeeded")
+    store_raw_event(engine, "edit", RAW, job)
+    code, out, err = gpudesk("show", str(job))
+    assert code == 0, err
+    assert SPELLED in out.replace("\n" + " " * 23, " "), out  # its lines as `show` wraps them
+    assert not {"\x1b", "\x07", "\x9b"} & set(out), out
+
+
+def test_engine_status_spells_out_an_old_station_changes_control_characters(
+    engine: EngineHandle, gpudesk: Run
+) -> None:
+    store_raw_event(engine, STATION_EVENT, "slots 2 -> 1 by \x1b]0;owned\x07root", None)
+    code, out, err = gpudesk("engine", "status")
+    assert code == 0, err
+    assert r"slots 2 -> 1 by \x1b]0;owned\x07root" in out, out
+    assert not {"\x1b", "\x07"} & set(out), out
