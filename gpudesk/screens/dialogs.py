@@ -15,7 +15,9 @@ from textual.widgets import Button, Input, Label, Static, TabbedContent, TabPane
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    """Yes or no; Enter/y confirms, Esc/n declines."""
+    """Yes or no, before something that cannot be undone (cancel, drain, a MIG layout): y
+    confirms, n or Esc declines. The focus starts on No, the safe answer, so Enter (which
+    presses the focused button) declines; it confirms only once Tab moved the focus to Yes."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Yes"),
@@ -34,7 +36,7 @@ class ConfirmScreen(ModalScreen[bool]):
                 yield Button("No (n)", id="no")
 
     def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()
+        self.query_one("#no", Button).focus()  # an Enter pressed out of habit does nothing
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")

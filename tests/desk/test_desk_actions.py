@@ -312,6 +312,39 @@ def test_cancel_asks_first_and_then_stops_the_job(desk_engine: EngineHandle) -> 
     assert engine_job(desk_engine, job_id).state == "cancelled"
 
 
+def test_enter_in_the_question_answers_the_focused_button_which_starts_on_no(
+    desk_engine: EngineHandle,
+) -> None:
+    """A question before something that cannot be undone (cancel, drain, a MIG layout) opens
+    with its focus on No, the safe answer: Enter, pressed out of habit, declines. Enter confirms
+    only once the user moved the focus to Yes."""
+    (job_id,) = desk_engine.submit({"name": "long", "command": SLEEP})
+    desk_engine.wait_state(job_id, "running")
+
+    async def scenario(app: DeskApp, pilot: Any) -> None:
+        await select_job(app, pilot, job_id)
+        await pilot.press("c")
+        dialog = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen)
+        assert dialog.focused is dialog.query_one("#no")
+        await pilot.press("enter")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen), what="an answer")
+        await pilot.pause(0.3)
+        assert engine_job(desk_engine, job_id).state == "running"
+        await pilot.press("c")
+        dialog = await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen)
+        await pilot.press("shift+tab")
+        assert dialog.focused is dialog.query_one("#yes")
+        await pilot.press("enter")
+        await until(
+            pilot,
+            lambda: (job := app.state.job(job_id)) is not None and job.state == "cancelled",
+            what="the cancelled state in the table",
+        )
+
+    run_desk(desk_engine, scenario)
+    assert engine_job(desk_engine, job_id).state == "cancelled"
+
+
 def test_hold_release_and_priority(desk_engine: EngineHandle) -> None:
     # one CPU slot, taken by a long job: the next two wait in the queue
     desk_engine.client.request(
