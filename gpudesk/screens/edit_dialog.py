@@ -4,6 +4,7 @@ submission and refuses a job that started meanwhile)."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any, ClassVar
 
@@ -28,6 +29,17 @@ def limit_text(seconds: float | None) -> str:
     return f"{seconds:g}s"
 
 
+# A byte of a command that is not UTF-8 reaches the desk spelled out, `\xff` (replies are strict
+# UTF-8: gpudesk.core.protocol), just as four characters a user typed would: the desk can tell
+# neither from the other, so it cannot send such a byte back (see `spelled_bytes`).
+_SPELLED_BYTE = re.compile(r"\\x[89a-f][0-9a-f]")
+
+
+def spelled_bytes(words: list[str]) -> set[str]:
+    """The spellings in `words` that may stand for a byte that is not UTF-8 (`\\xff`)."""
+    return {found for word in words for found in _SPELLED_BYTE.findall(word)}
+
+
 def command_text(job: JobView) -> str:
     """The command as one line: a shell job's string, else its words quoted as a shell would."""
     command = job.spec.command
@@ -45,9 +57,11 @@ class EditJobScreen(ModalScreen[dict[str, Any] | None]):
 
     def compose(self) -> ComposeResult:
         job = self.job
-        # A command holding control characters (ESC ...) or bytes that are not UTF-8 is shown
-        # spelled out, as `gpudesk show` shows it, never written to the terminal; and it is not
-        # edited here, where the spelling would be sent back as the command.
+        # A command holding control characters (ESC ...) is shown spelled out, as `gpudesk show`
+        # shows it, never written to the terminal; and it is not edited here, where the spelling
+        # would be sent back as the command. Bytes that are not UTF-8 come already spelled
+        # (`\xff`): the box stays open, and a changed command that keeps one is refused
+        # (`_changed_command`).
         command = command_text(job)
         shown = printable_line(command)
         question = f"edit job {job.id} ({job.name}): it has not started"
@@ -55,6 +69,12 @@ class EditJobScreen(ModalScreen[dict[str, Any] | None]):
             question += (
                 "\nits command holds control characters, spelled out here: "
                 f"gpudesk edit {job.id} --command changes it"
+            )
+        elif maybe_bytes := spelled_bytes(job.spec.command):
+            question += (
+                "\nits command may hold bytes that are not UTF-8, spelled out here "
+                f"({', '.join(sorted(maybe_bytes))}): a changed command that keeps one is "
+                f"refused; gpudesk edit {job.id} --command sets such bytes"
             )
         with Vertical(classes="dialog wide"):
             yield Static(question, classes="question", markup=False)
@@ -109,16 +129,9 @@ class EditJobScreen(ModalScreen[dict[str, Any] | None]):
         name = self._value("edit-name")
         if name != job.name:
             fields["name"] = name
-        box = self.query_one("#edit-command", Input)
-        command = box.value.strip()
-        if not box.disabled and command != command_text(job):
-            try:
-                words = [command] if job.spec.shell else shlex.split(command)
-            except ValueError as exc:
-                raise ValueError(f"command: {exc}") from None
-            if not words or not command:
-                raise ValueError("command: type the command to run")
-            fields["command"] = words
+        command = self._changed_command()
+        if command is not None:
+            fields["command"] = command
         limit = self._value("edit-time")
         if limit != limit_text(job.spec.time_limit_s):
             try:
@@ -131,3 +144,27 @@ class EditJobScreen(ModalScreen[dict[str, Any] | None]):
                 raise ValueError("GPUs: a whole number, 0 or more")
             fields["gpus"] = int(gpus)
         return fields
+
+    def _changed_command(self) -> list[str] | None:
+        """The command's words where the form changed them, else None (the command is not sent
+        back: a byte the desk was shown spelled out stays the byte); ValueError says why not."""
+        job, box = self.job, self.query_one("#edit-command", Input)
+        command = box.value.strip()
+        if box.disabled or command_text(job) in (box.value, command):
+            return None
+        try:
+            words = [command] if job.spec.shell else shlex.split(command)
+        except ValueError as exc:
+            raise ValueError(f"command: {exc}") from None
+        if not words or not command:
+            raise ValueError("command: type the command to run")
+        if words == job.spec.command:  # re-quoted or re-spaced, the same words
+            return None
+        kept = spelled_bytes(words) & spelled_bytes(job.spec.command)
+        if kept:  # sent, it would be those characters where the job had a byte
+            raise ValueError(
+                f"command: {', '.join(sorted(kept))} may be a byte that is not UTF-8, which "
+                "the engine shows spelled out and the desk cannot send back as the byte: "
+                f"gpudesk edit {job.id} --command sets the command (or leave it unchanged here)"
+            )
+        return words

@@ -4,6 +4,8 @@ the form, the change checked in the engine's own state, and a running job refuse
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
 import time
 from typing import Any
@@ -170,3 +172,74 @@ def test_an_event_stored_with_raw_escapes_before_they_were_spelled_is_spelled_ou
         assert not {"\x1b", "\x07", "\x9b"} & set(said + drawn)
 
     run_desk(engine, scenario)
+
+
+def stored_command(engine: EngineHandle, job_id: int) -> list[str]:
+    """The job's command as the engine keeps it, read from its SQLite store: a byte that is not
+    UTF-8 as its surrogate (every reply spells it out as `\\xff`)."""
+    with sqlite3.connect(engine.home.db, timeout=30.0) as conn:
+        (spec,) = conn.execute("SELECT spec FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    command: list[str] = json.loads(spec)["command"]
+    return command
+
+
+def test_a_command_with_bytes_that_are_not_utf8_keeps_them_or_says_why_not(
+    busy_station: tuple[EngineHandle, int, int],
+) -> None:
+    """A byte that is not UTF-8 reaches the desk spelled out (`\\xff`), which the desk cannot
+    tell from those four characters typed. Saved unchanged, the command is not sent back (its
+    byte stays); changed but still holding the spelling, it is refused in the form, where it
+    was sent as the four characters; changed without it, it is sent."""
+    engine, _, _ = busy_station
+    command = ["printf", os.fsdecode(b"a\xffb")]
+    (job,) = engine.submit({"name": "bytes", "command": command})
+
+    async def scenario(app: DeskApp, pilot: Any) -> None:
+        form = await edit_form(app, pilot, job)
+        box = form.query_one("#edit-command", Input)
+        assert box.value == r"printf 'a\xffb'" and not box.disabled
+        question = str(form.query_one(".question", Static).render())
+        assert r"may hold bytes that are not UTF-8, spelled out here (\xff)" in question
+        form.query_one("#edit-name", Input).value = "bytes-2"
+        await pilot.click("#save")
+        await until(pilot, lambda: engine_job(engine, job).name == "bytes-2", what="the edit")
+        assert stored_command(engine, job) == command
+        await until(pilot, lambda: isinstance(app.screen, JobScreen), what="the form closed")
+        await pilot.press("e")
+        form = await until(
+            pilot, lambda: isinstance(app.screen, EditJobScreen) and app.screen, what="the form"
+        )
+        form.query_one("#edit-command", Input).value = r"printf 'a\xffb' again"
+        await pilot.click("#save")
+        error = form.query_one("#edit-error", Static)
+        said = await until(pilot, lambda: str(error.render()), what="the refusal")
+        assert said.startswith(r"command: \xff may be a byte that is not UTF-8"), said
+        assert f"gpudesk edit {job} --command" in said and isinstance(app.screen, EditJobScreen)
+        assert stored_command(engine, job) == command
+        form.query_one("#edit-command", Input).value = "printf plain"
+        form.query_one("#edit-command", Input).focus()
+        await pilot.press("enter")  # (a second click on Save within 0.2 s is not a press)
+        await until(
+            pilot, lambda: stored_command(engine, job) == ["printf", "plain"], what="the edit"
+        )
+
+    run_desk(engine, scenario)
+
+
+def test_an_untouched_shell_command_is_not_sent_back_trimmed(
+    busy_station: tuple[EngineHandle, int, int],
+) -> None:
+    """A shell job's command is kept as its text: the form shows it with its outer spaces, and
+    a save that changed only the name leaves it as it was (it was sent back trimmed)."""
+    engine, _, _ = busy_station
+    (job,) = engine.submit({"name": "spaced", "command": [" sleep 1 "], "shell": True})
+
+    async def scenario(app: DeskApp, pilot: Any) -> None:
+        form = await edit_form(app, pilot, job)
+        assert form.query_one("#edit-command", Input).value == " sleep 1 "
+        form.query_one("#edit-name", Input).value = "spaced-2"
+        await pilot.click("#save")
+        await until(pilot, lambda: engine_job(engine, job).name == "spaced-2", what="the edit")
+
+    run_desk(engine, scenario)
+    assert stored_command(engine, job) == [" sleep 1 "]
