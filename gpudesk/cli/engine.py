@@ -261,18 +261,18 @@ def _print_engine_and_station(status: StationStatus, home: Home) -> None:
         f"{station.cores} cores, {station.gpus} GPUs"
     )
     if station.gpu_problem:
-        print(f"GPUs:    {station.gpu_problem}")
+        print(f"GPUs:    {printable_message(station.gpu_problem)}")
     print(f"grid:    {station.grid_text}")
     if station.metrics_url:
         simulated = " (SIMULATED station)" if station.simulated else ""
         print(f"metrics: {station.metrics_url} (Prometheus){simulated}")
     elif station.metrics_problem:
-        print(f"metrics: {station.metrics_problem.removeprefix('metrics: ')}")
+        print(f"metrics: {printable_message(station.metrics_problem.removeprefix('metrics: '))}")
     if status.drain is not None:
         print(f"DRAINED: the station is {status.drain.line()}; no job starts until undrained")
     print("jobs:    " + ", ".join(f"{n} {s}" for s, n in status.counts.items()))
     if status.store_problem:
-        print(f"store:   {status.store_problem}")
+        print(f"store:   {printable_message(status.store_problem)}")
     if status.loop is not None and status.loop.requests:
         print(f"loop:    {loop_line(status.loop)}")
 
@@ -291,13 +291,13 @@ def _print_users_and_stores(status: StationStatus) -> None:
         )
     for store in status.tracking:
         how = (
-            f"failing since {render.clock(store.error_since)}: {store.error}"
+            f"failing since {render.clock(store.error_since)}: {printable_message(store.error)}"
             if store.error
             else "ok"
         )
         dropped = f", {store.dropped} metric points dropped" if store.dropped else ""
         print(
-            f"mlflow:  {store.mlflow_uri} ({store.user}): {how}; "
+            f"mlflow:  {printable_message(store.mlflow_uri)} ({store.user}): {how}; "
             f"{store.queued} update(s) queued{dropped}"
         )
     for change in status.station_changes:

@@ -81,12 +81,12 @@ def render_summary(job: JobView, detail: JobDetail | None, state: DeskState) -> 
     waiting = detail.waiting if detail else None
     if waiting:
         text.append("\nwhy: ", style="bold yellow")  # the reason itself says "waiting ..."
-        text.append(waiting)
+        text.append(printable_message(waiting))
     remaining = detail.remaining if detail else None
     if remaining is not None:
         text.append(f"\nremaining {render.remaining_text(remaining)}")
     if job.reason and not job.placed:
-        text.append(f"\n{job.reason}", style="dim")
+        text.append(f"\n{printable_message(job.reason)}", style="dim")
     return text
 
 
@@ -163,7 +163,7 @@ def render_events(detail: JobDetail | None, trouble: DetailTrouble | None = None
     text.append("placement and events", style="bold")
     if trouble is not None:
         text.append(f"\n{render.clock(trouble.at)} ", style="dim")
-        text.append(trouble.message)
+        text.append(printable_message(trouble.message))
         return text
     events = detail.events if detail else []
     if not events:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import sqlite3
 import time
 
+import msgspec
+import pytest
 from conftest import EngineHandle, Run
 
 from gpudesk.core.station import STATION_EVENT
@@ -46,3 +48,41 @@ def test_engine_status_spells_out_an_old_station_changes_control_characters(
     assert code == 0, err
     assert r"slots 2 -> 1 by \x1b]0;owned\x07root" in out, out
     assert not {"\x1b", "\x07"} & set(out), out
+
+
+def test_engine_status_spells_out_what_it_quotes_of_the_station_and_the_stores(
+    engine: EngineHandle, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The GPUs' and the store's problems quote paths, an MLflow store's error and URI come
+    from a member's job: each is spelled out, as another member's terminal shows it."""
+    from gpudesk.api.models import TrackingHealth
+    from gpudesk.cli.engine import _print_engine_and_station, _print_users_and_stores
+
+    status = engine.api.status()
+    odd = msgspec.structs.replace(
+        status,
+        station=msgspec.structs.replace(status.station, gpu_problem="nvidia-smi \x1b[2J gone"),
+        store_problem="the disk of /h\x1b]0;x\x07 is full",
+        tracking=[
+            TrackingHealth(
+                user="ada",
+                uid=1000,
+                mlflow_uri="http://m\x1b[31m/",
+                queued=1,
+                error="refused \x9b31m",
+                error_since=time.time(),
+                dropped=0,
+            )
+        ],
+    )
+    _print_engine_and_station(odd, engine.home)
+    _print_users_and_stores(odd)
+    out = capsys.readouterr().out
+    for spelled in (
+        r"nvidia-smi \x1b[2J gone",
+        r"the disk of /h\x1b]0;x\x07 is full",
+        r"http://m\x1b[31m/",
+        r"refused \x9b31m",
+    ):
+        assert spelled in out, out
+    assert not {"\x1b", "\x07", "\x9b"} & set(out), out

@@ -85,3 +85,18 @@ def test_a_suspended_job_is_marked_in_the_running_jobs_list() -> None:
     assert f"running jobs ({len(placed)}, 1 suspended)" in text, text
     styled = [text[s.start : s.end] for s in listing.spans if s.style == "bold magenta"]
     assert len(styled) == 1 and styled[0].lstrip().startswith(f"{stopped.id} "), styled
+
+
+def test_a_reason_and_a_wait_are_shown_with_their_control_characters_spelled_out() -> None:
+    """A job's reason and why it waits quote what a user gave (a dependency's name, a path):
+    an ESC in them is spelled out, never drawn (an old engine's words, a hostile member's)."""
+    feed = replay_feed()
+    state = DeskState(frame=feed.frames[-1])
+    detail = next(d for d in feed.shows.values() if d.waiting)
+    job = msgspec.structs.replace(detail.job, reason="failed: \x1b]0;owned\x07", slot=None)
+    odd = msgspec.structs.replace(detail, job=job, waiting="waiting for \x1b[2Jjob 3")
+    summary = str(render_summary(odd.job, odd, state))
+    assert "\nwhy: waiting for \\x1b[2Jjob 3" in summary, summary
+    if not job.placed:
+        assert "failed: \\x1b]0;owned\\x07" in summary, summary
+    assert not {"\x1b", "\x07"} & set(summary), summary
