@@ -42,9 +42,9 @@ def plot_target(text: str | None, *, machine_output: str | None = None) -> PlotT
     except PlotError as exc:
         fail(str(exc), EXIT_USAGE)
     if target.path is not None:
-        from gpudesk.cli.report_file import gpudesk_homes, output_file_problem
+        from gpudesk.cli.report_file import gpudesk_homes, new_file_problem, output_file_problem
 
-        problem = output_file_problem(target.path, gpudesk_homes())
+        problem = output_file_problem(target.path, gpudesk_homes()) or new_file_problem(target.path)
         if problem is not None:
             fail(f"--plot: {problem}", EXIT_USAGE)
     if target.terminal and machine_output:

@@ -3,8 +3,8 @@ atomically once the run has ended.
 
 A report is written at the end of a run that may take hours, so a path that cannot or must not be
 written is refused up front, each with one paragraph and exit 2, before the engine is even
-reached: a folder that does not exist or cannot be written in; a folder, pipe, device or socket
-where the file would go; a read-only file; a symbolic link; the profile being run; anything
+reached: a folder that does not exist, loops or cannot be written in; a folder, pipe, device or
+socket where the file would go; a read-only file; a symbolic link; the profile being run; anything
 inside gpudesk's home (its SQLite database, logs, sockets: `--report ~/.local/state/gpudesk/
 gpudesk.db` once replaced an engine's whole history with a few lines of text).
 
@@ -14,6 +14,7 @@ so a write that fails (a full disk) leaves no half report, and any earlier file 
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import stat
@@ -67,7 +68,7 @@ def output_file_problem(path: Path, homes: Iterable[Path]) -> str | None:
     try:
         st = os.stat(path)
     except OSError:
-        return None  # a new file; a path that cannot be written is said when it is written
+        return None  # a new file (whether one can be made there: new_file_problem)
     if not stat.S_ISREG(st.st_mode):
         return f"{path} is {file_kind(st.st_mode)}; the output is written to a regular file"
     return None
@@ -121,11 +122,57 @@ def check_report_path(
             refuse(f"is {file_kind(st.st_mode)}; the report is written to a regular file")
         if not os.access(report, os.W_OK):
             refuse("is read-only; make it writable, or name another file")
-    if not folder.is_dir():
-        what = "is not a folder" if folder.exists() else "does not exist"
-        refuse(f"its folder {folder} {what}; make it first (mkdir -p), or name another file")
+    trouble = folder_problem(folder)
+    if trouble is not None:
+        refuse(f"its folder {folder} {trouble}")
+
+
+def folder_problem(folder: Path) -> str | None:
+    """What keeps a new file from being made in `folder`, the end of a sentence that names it
+    ("does not exist; make it first …"); None when nothing does."""
+    try:
+        st = os.stat(folder)
+    except FileNotFoundError:
+        return "does not exist; make it first (mkdir -p), or name another file"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return (
+                "is a symbolic link that leads back to itself (a loop), never to a folder; "
+                "name a file in a folder"
+            )
+        if exc.errno == errno.ENOTDIR:
+            return "lies under a file, not a folder; name a file in a folder"
+        return f"cannot be reached ({exc.strerror or exc}); name a file in a folder you can reach"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"is {file_kind(st.st_mode)}, not a folder; name a file in a folder"
     if not os.access(folder, os.W_OK | os.X_OK):
-        refuse(f"cannot write in its folder {folder} (permission denied, or read-only)")
+        return "cannot be written in (permission denied, or read-only); name another file"
+    return None
+
+
+def new_file_problem(path: Path) -> str | None:
+    """Why the file `path` cannot be written (a new file made where it lands, then renamed
+    into place: `write_atomically`), a sentence naming it; None when it can be. A link is
+    written through, to the file it names, so that file's folder is checked too. Said before
+    any work, not once a command that took minutes has its results (`--plot`)."""
+    folder = path.absolute().parent
+    trouble = folder_problem(folder)
+    if trouble is not None:
+        return f"{path}: its folder {folder} {trouble}"
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return (
+                f"{path} is a symbolic link that leads back to itself (a loop), never to a "
+                "file; remove it, or name another file"
+            )
+    if os.path.islink(path):
+        real = Path(os.path.realpath(path))
+        trouble = folder_problem(real.parent)
+        if trouble is not None:
+            return f"{path} is a symbolic link to {real}, whose folder {real.parent} {trouble}"
+    return None
 
 
 def write_atomically(path: Path, text: str | bytes) -> None:
