@@ -177,13 +177,16 @@ def configure_station(
 
 def _shown_path(path: os.PathLike[str]) -> str:
     """A profile's path as its user would type it: relative to the current directory when
-    inside it."""
+    inside it; spelled out (`\\x1b`, `\\xff`), as every line said to people is, so that an
+    ESC in its name never reaches a terminal."""
+    from gpudesk.text import printable_line
+
     shown = os.fspath(path)
     try:
         relative = os.path.relpath(shown)
     except ValueError:
-        return shown
-    return shown if relative.startswith("..") else relative
+        return printable_line(shown)
+    return printable_line(shown if relative.startswith("..") else relative)
 
 
 def register_datasets(client: Client, datasets: Sequence[DatasetSpec]) -> None:

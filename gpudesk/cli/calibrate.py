@@ -373,7 +373,9 @@ def _show(result: Report, json_out: bool, saved: Path | None) -> None:
         print(f"note: {note}")
     if saved:
         where = "" if result.simulated else " and sent to the engine's model"
-        print(f"saved to {saved}{where}")
+        from gpudesk.text import printable_line
+
+        print(f"saved to {printable_line(str(saved))}{where}")  # in GPUDESK_HOME, spelled out
 
 
 def _pct(value: float | None) -> str:

@@ -411,7 +411,10 @@ def report(client: Client, jobs: Sequence[JobView], output: Path | None) -> None
         done = append(output, rows)
         written = done.rows
         already = f", {done.already} already there (same run_id)" if done.already else ""
-        print(f"{output}: {len(written)} row(s) appended{already}", file=sys.stderr)
+        from gpudesk.text import printable_line
+
+        shown = printable_line(str(output))  # spelled out: an ESC in it never reaches the terminal
+        print(f"{shown}: {len(written)} row(s) appended{already}", file=sys.stderr)
     if any(SIMULATED in row.gpu_model for row in written):
         print(
             "note: the station is SIMULATED: its GPUs' energy is the simulator's, and each such "

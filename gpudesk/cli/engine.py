@@ -12,7 +12,7 @@ import typer
 from gpudesk.cli.common import current_home, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_USAGE
 from gpudesk.paths import SYSTEM_ADMIN_GROUP, SYSTEM_GROUP, SYSTEM_SOCKET, SYSTEM_STATE_DIR
-from gpudesk.text import printable_message, quoted
+from gpudesk.text import printable_line, printable_message, quoted
 
 if TYPE_CHECKING:
     from gpudesk.api.models import LoopTimingView, StationStatus
@@ -102,7 +102,8 @@ def engine_start(
         requested = {key: getattr(station, key) for key in keys}
         raise typer.Exit(daemon.serve(home, requested))
     pid = start_engine(home, station, system_args=system_args, keys=keys)
-    print(f"engine started (pid {pid}): {home.description}")
+    # the home's path spelled out (GPUDESK_HOME may hold an ESC), as in every line here
+    print(printable_line(f"engine started (pid {pid}): {home.description}"))
 
 
 @engine_app.command("stop")
@@ -117,7 +118,7 @@ def engine_stop(
 
     home = current_home()
     if engine_pid(home) is None:
-        print(f"{home.description} is not running")
+        print(printable_line(f"{home.description} is not running"))
         return
     with Client.attach(home, timeout=timeout) as client:
         running = client.shutdown().running_attempts
@@ -221,7 +222,7 @@ def _say_not_running(home: Home, kind: str, json_out: bool) -> None:
             }
         )
     else:
-        print(f"engine: not running ({home.description})")
+        print(printable_line(f"engine: not running ({home.description})"))
 
 
 def _ask_status(home: Home, pid: int) -> StationStatus:
@@ -249,10 +250,10 @@ def _print_engine_and_station(status: StationStatus, home: Home) -> None:
         f"{render.duration(time.time() - status.started_at)})"
     )
     if home.is_system:
-        print(f"talks to: the station's system engine at {home.control_socket}")
-        print(f"state:   {status.home}")
+        print(printable_line(f"talks to: the station's system engine at {home.control_socket}"))
+        print(printable_line(f"state:   {status.home}"))
     else:
-        print(f"talks to: the personal engine of {status.home}")
+        print(printable_line(f"talks to: the personal engine of {status.home}"))
     print(
         f"station: backend {station.effective_backend}"
         + (" (SIMULATED)" if station.simulated else "")

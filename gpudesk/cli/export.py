@@ -174,8 +174,9 @@ def _summary(export: Export, absolute: Path, offer: str) -> str:
     from gpudesk.slurm.export import LOGS, SUBMIT_SCRIPT
 
     count = len(export.scripts)
+    shown = printable_line(str(absolute))  # the user's folder, spelled out (\u202e, \x1b)
     lines = [
-        f"wrote {count} sbatch script{'s' * (count != 1)} and {SUBMIT_SCRIPT} to {absolute} "
+        f"wrote {count} sbatch script{'s' * (count != 1)} and {SUBMIT_SCRIPT} to {shown} "
         f"(what the cluster offers: {offer}):"
     ]
     width = max(len(s.file) for s in export.scripts)
@@ -186,8 +187,8 @@ def _summary(export: Export, absolute: Path, offer: str) -> str:
         gres = f"--gres={script.gres}" if script.gres else "no gres (CPU)"
         after = f"  after {', '.join(script.after)}" if script.after else ""
         lines.append(f"  {script.file:<{width}}  {jobs:<17}  {gres}{after}")
-    lines.append(f"logs: {absolute / LOGS}/")
-    lines.append(f"submit: {absolute / SUBMIT_SCRIPT}")
+    lines.append(f"logs: {shown}/{LOGS}/")
+    lines.append(f"submit: {shown}/{SUBMIT_SCRIPT}")
     return "\n".join(lines)
 
 

@@ -148,7 +148,7 @@ def _attempt_lines(attempts: list[AttemptView], width: int) -> list[str]:
             f"  #{a.number}  {a.state:<13} {a.placement.slot:<7} "
             f"pid {a.pid or '-':<8} exit {exit_code:<4} {took}"
         )
-        lines.append(f"      log {a.log}")
+        lines.append(f"      log {printable_line(str(a.log))}")  # under GPUDESK_HOME: spelled out
         if a.containment:
             lines.append(render.fill(f"      in  {a.containment}", width, ATTEMPT_INDENT))
         lines.append(render.fill(f"      why {a.placement.reason}", width, ATTEMPT_INDENT))

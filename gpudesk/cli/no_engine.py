@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from gpudesk.cli.common import current_home, engine_client, fail
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_NOT_RUNNING
-from gpudesk.text import quoted
+from gpudesk.text import printable_line, quoted
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -107,4 +107,5 @@ def say_nothing(home: Home, nothing: str, *, machine_output: bool) -> None:
     as JSON or CSV), else `stopped`."""
     if not never_ran(home):
         stopped(home)
-    print(f"{no_engine_line(home)}: {nothing}", file=sys.stderr if machine_output else sys.stdout)
+    said = printable_line(f"{no_engine_line(home)}: {nothing}")  # the home's path spelled out
+    print(said, file=sys.stderr if machine_output else sys.stdout)

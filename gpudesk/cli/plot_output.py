@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from gpudesk.cli.common import fail
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from gpudesk.text import printable_line
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -79,4 +80,5 @@ def write_plot(target: PlotTarget, figure: Callable[[], Figure], text: Callable[
         write_atomically(Path(os.path.realpath(target.path)), data)
     except OSError as exc:
         fail(f"could not write {target.path}: {exc.strerror or exc}", EXIT_FAILED)
-    print(f"plot: wrote {target.path}", file=sys.stderr)
+    # the user's path spelled out (an ESC in it is never sent to the terminal), as errors are
+    print(f"plot: wrote {printable_line(str(target.path))}", file=sys.stderr)

@@ -15,6 +15,7 @@ import typer
 from gpudesk import render
 from gpudesk.cli.common import engine_client, fail, print_json, target_cluster
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from gpudesk.text import printable_line
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -83,7 +84,8 @@ def run(
     with contextlib.ExitStack() as stack:
         client, where = _connect(stack, loaded, simulated, cluster)
         apply, how_to_apply = _station_settings(client, simulated, apply_station)
-        said = f"running {len(loaded.jobs)} job(s) from {source} on {where}"
+        # the profile's path and the home's spelled out: an ESC in them never reaches the terminal
+        said = printable_line(f"running {len(loaded.jobs)} job(s) from {source} on {where}")
         print(
             textwrap.fill(
                 said, render.terminal_width(), break_on_hyphens=False, break_long_words=False
@@ -226,7 +228,8 @@ def _write_report(result: RunReport, report: Path) -> bool:
         write_report(result, report)
     except OSError as exc:
         print(
-            f"error: could not write the report to {report} ({exc.strerror or exc}); the file is "
+            f"error: could not write the report to {printable_line(str(report))} "
+            f"({exc.strerror or exc}); the file is "
             "as it was before the run, and the report is printed above",
             file=sys.stderr,
         )

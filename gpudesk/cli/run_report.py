@@ -37,7 +37,7 @@ from gpudesk.hw.telemetry.energy import summarize
 from gpudesk.profile import Profile, ReportConfig
 from gpudesk.results import Best, best, read_metrics
 from gpudesk.selection.cache import SelectionCache
-from gpudesk.text import quoted
+from gpudesk.text import printable_line, quoted
 from gpudesk.units import watt_hours
 
 REFRESH_S = 0.5  # refresh at least this often even without events
@@ -210,7 +210,7 @@ class RunReport:
         if folder:
             lines.append(
                 f"logs: ID{os.sep}ATTEMPT{os.sep}output.log under "
-                f"{render.shorten_path(folder)}{os.sep}, or gpudesk logs ID"
+                f"{printable_line(render.shorten_path(folder))}{os.sep}, or gpudesk logs ID"
             )
         lines += [self.energy_line(), *self.loader_lines(), *self.notes]
         wrapped = [render.fill(line, width) for line in lines]

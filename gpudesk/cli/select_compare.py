@@ -112,8 +112,11 @@ def report(
         try:
             write_atomically(out, json.dumps(report, indent=2) + "\n")
         except OSError as exc:
-            print(f"error: could not write {out}: {exc.strerror or exc}", file=sys.stderr)
-            problems.append(f"--out {out} was not written ({exc.strerror or exc})")
+            from gpudesk.text import printable_line
+
+            shown = printable_line(str(out))  # spelled out, as every error paragraph is
+            print(f"error: could not write {shown}: {exc.strerror or exc}", file=sys.stderr)
+            problems.append(f"--out {shown} was not written ({exc.strerror or exc})")
     if as_json:
         print(json.dumps(report, indent=2))
     else:
