@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from gpudesk.cli.common import CliError, reflow_help
+from gpudesk.cli.empty_paths import refuse_empty_paths
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from gpudesk.cli.failures import reported_failures
 from gpudesk.cli.finite_numbers import refuse_non_finite
@@ -269,6 +270,7 @@ def main(argv: list[str] | None = None) -> None:
             # built once: the config check reads it too
             command = typer.main.get_command(build_app(modules, named))
             refuse_non_finite(command)
+            refuse_empty_paths(command)
             defaults = _user_defaults(command, partial=modules is not None)
             if args in ROOT_HELP:
                 _print_root_help(command, defaults)
