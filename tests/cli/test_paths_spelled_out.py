@@ -9,10 +9,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import home_at
+
+from gpudesk.paths import Home
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = str(ROOT / "traces" / "carma-philly-t1.json")
@@ -73,33 +76,39 @@ def test_a_home_without_an_engine_is_named_spelled_out(tmp_path: Path) -> None:
     assert f"no engine is running for {tmp_path}/{SPELLED_ESC}" in said(queue)
 
 
+@pytest.fixture
+def escape_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
+    """A GPUDESK_HOME with an escape sequence in its name; its engine stopped after the test,
+    passed or failed."""
+    with home_at(tmp_path / ESC, monkeypatch) as home:
+        yield home
+
+
 @pytest.mark.slow(4)
 def test_a_run_its_report_and_its_rows_name_the_home_and_files_spelled_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, escape_home: Home
 ) -> None:
+    home = escape_home
     profile = tmp_path / f"p{ESC}.toml"
     profile.write_text(
         'name = "rep"\n[station]\nbackend = "none"\nslots = 2\n'
         '[[jobs]]\nname = "hello"\ncommand = ["echo", "hi"]\n'
     )
-    with home_at(tmp_path / ESC, monkeypatch) as home:
-        shown_home = f"{tmp_path}/{SPELLED_ESC}"
-        started = gpudesk("engine", "start", home=home.root)
-        assert started.returncode == 0, started.stderr
-        assert f"the personal engine of {shown_home}\n" in said(started)
-        run = gpudesk("run", str(profile), home=home.root)
-        assert run.returncode == 0, run.stdout + run.stderr
-        text = " ".join(said(run).split())  # the first line is wrapped to the terminal
-        assert f"from {tmp_path}/p{SPELLED_ESC}.toml on the personal engine of {shown_home}" in text
-        assert f"from {tmp_path}/p{SPELLED_ESC}.toml [station]" in text  # what it did not apply
-        assert f"output.log under {shown_home}/jobs/" in text
-        show = gpudesk("show", "1", home=home.root)
-        assert f"log {shown_home}/jobs/1/1/output.log" in said(show)
-        rows = tmp_path / f"e{ESC}.csv"
-        emissions = gpudesk(
-            "history", "--format", "codecarbon", "--output", str(rows), home=home.root
-        )
-        assert emissions.returncode == 0, emissions.stderr
-        assert f"{tmp_path}/e{SPELLED_ESC}.csv: " in said(emissions)
-        status = gpudesk("engine", "status", home=home.root)
-        assert f"talks to: the personal engine of {shown_home}\n" in said(status)
+    shown_home = f"{tmp_path}/{SPELLED_ESC}"
+    started = gpudesk("engine", "start", home=home.root)
+    assert started.returncode == 0, started.stderr
+    assert f"the personal engine of {shown_home}\n" in said(started)
+    run = gpudesk("run", str(profile), home=home.root)
+    assert run.returncode == 0, run.stdout + run.stderr
+    text = " ".join(said(run).split())  # the first line is wrapped to the terminal
+    assert f"from {tmp_path}/p{SPELLED_ESC}.toml on the personal engine of {shown_home}" in text
+    assert f"from {tmp_path}/p{SPELLED_ESC}.toml [station]" in text  # what it did not apply
+    assert f"output.log under {shown_home}/jobs/" in text
+    show = gpudesk("show", "1", home=home.root)
+    assert f"log {shown_home}/jobs/1/1/output.log" in said(show)
+    rows = tmp_path / f"e{ESC}.csv"
+    emissions = gpudesk("history", "--format", "codecarbon", "--output", str(rows), home=home.root)
+    assert emissions.returncode == 0, emissions.stderr
+    assert f"{tmp_path}/e{SPELLED_ESC}.csv: " in said(emissions)
+    status = gpudesk("engine", "status", home=home.root)
+    assert f"talks to: the personal engine of {shown_home}\n" in said(status)
