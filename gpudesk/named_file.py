@@ -59,3 +59,14 @@ def read_named(path: str | os.PathLike[str], limit: int, kind: str) -> bytes:
 
 def too_large(size: int, limit: int, kind: str) -> str:
     return f"the file is {exact_byte_size(size)}; {kind} may be at most {exact_byte_size(limit)}"
+
+
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """Where the bytes a decode refused stop being text, for a sentence that says the file is
+    not UTF-8: "byte 0xe9 at offset 15 (line 2, column 12)". (The codec's own words, "'utf-8'
+    codec can't decode byte 0xe9 in position 15: invalid continuation byte", tell a user
+    neither the line nor what to do.)"""
+    data = bytes(exc.object)
+    line = data.count(b"\n", 0, exc.start) + 1
+    column = exc.start - data.rfind(b"\n", 0, exc.start)
+    return f"byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line}, column {column})"

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from math import inf
 from pathlib import Path
 
-from gpudesk.named_file import FileTooLarge, read_named
+from gpudesk.named_file import FileTooLarge, not_utf8, read_named
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,12 @@ def load_params_file(path: str | Path, where: str, base: ModelParams | None = No
         raise ValueError(f"{where}: cannot read {path}: {exc.strerror or exc}") from None
     except FileTooLarge as exc:
         raise ValueError(f"{where}: cannot read {path}: {exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError as exc:  # JSON is UTF-8 (json also reads UTF-16 and -32)
+        raise ValueError(
+            f"{where}: {path} is not JSON: {not_utf8(exc)} is not UTF-8, and a parameters file "
+            "is UTF-8 text; save it as UTF-8"
+        ) from None
+    except json.JSONDecodeError as exc:
         raise ValueError(f"{where}: {path} is not JSON: {exc}") from None
     return params_from_json(data, f"{where} {path}", base)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk.examples import bundled
-from gpudesk.named_file import FileTooLarge, read_named, too_large
+from gpudesk.named_file import FileTooLarge, not_utf8, read_named, too_large
 from gpudesk.profile.build import _Builder
 from gpudesk.profile.model import (
     MAX_JOBS,
@@ -165,13 +165,10 @@ def _decode(data: bytes, shown: str) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - data.rfind(b"\n", 0, exc.start)
         raise _file_error(
             shown,
-            f"the file is not valid UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start} "
-            f"(line {line}, column {column}); save the profile as UTF-8",
-            line,
+            f"the file is not valid UTF-8: {not_utf8(exc)}; save the profile as UTF-8",
+            data.count(b"\n", 0, exc.start) + 1,
         ) from None
     return text.removeprefix("\ufeff")  # tolerate a byte-order mark from Windows editors
 
