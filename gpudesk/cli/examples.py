@@ -11,6 +11,7 @@ import typer
 
 from gpudesk.cli.common import fail
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from gpudesk.cli.report_file import folder_path_problem
 
 examples_app = typer.Typer()
 
@@ -30,8 +31,11 @@ def examples(
         fail("INTO is empty: name the folder to copy the examples into", EXIT_USAGE)
     into = Path(folder_name)
     shown = printable_line(folder_name)  # a control character is spelled out, never obeyed
-    if into.exists() and not into.is_dir():
-        fail(f"{shown} exists and is not a folder", EXIT_USAGE)
+    # a destination that can never be a folder is bad input, said before anything is copied
+    # (a link loop was "Too many levels of symbolic links" with exit 1)
+    problem = folder_path_problem(into)
+    if problem is not None:
+        fail(f"{shown} {problem}; name a folder to copy the examples into", EXIT_USAGE)
     copied, kept = 0, 0
     try:
         for kind in ("profiles", "traces"):

@@ -150,6 +150,37 @@ def folder_problem(folder: Path) -> str | None:
     return None
 
 
+def folder_path_problem(path: Path) -> str | None:
+    """Why `path` cannot be the folder a command writes into (made when missing, with its
+    parents: `gpudesk examples INTO`, `export slurm DIR`), the end of a sentence that names it
+    ("lies under a file, not a folder"); None when it can be. What is found only when writing
+    (no permission, a full disk) is said then."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return (
+                "leads through a symbolic link that points back to itself (a loop), never to "
+                "a folder"
+            )
+        if exc.errno == errno.ENOTDIR:
+            return "lies under a file, not a folder"
+        if exc.errno != errno.ENOENT:
+            return f"cannot be reached ({exc.strerror or exc})"
+        # missing: made with its parents, unless the nearest entry on its way is a link to
+        # nothing (mkdir would say only "File exists")
+        for entry in (path, *path.parents):
+            if os.path.lexists(entry):
+                if os.path.islink(entry) and not os.path.exists(entry):
+                    link = f"a symbolic link to {os.readlink(entry)}, which does not exist"
+                    return f"is {link}" if entry == path else f"lies under {entry}, {link}"
+                return None
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return f"exists and is {file_kind(st.st_mode)}, not a folder"
+    return None
+
+
 def new_file_problem(path: Path) -> str | None:
     """Why the file `path` cannot be written (a new file made where it lands, then renamed
     into place: `write_atomically`), a sentence naming it; None when it can be. A link is

@@ -61,3 +61,26 @@ def test_a_copy_cut_short_leaves_no_half_file_for_the_next_to_keep(tmp_path: Pat
         for name in names(kind):
             copied = (tmp_path / "ex" / kind / name).read_bytes()
             assert copied == (folder(kind) / name).read_bytes(), name
+
+
+def test_a_folder_that_can_never_be_one_is_refused_as_bad_input(tmp_path: Path) -> None:
+    """A symbolic-link loop, a file on the way, a link to nothing: exit 2 with one paragraph,
+    as a file named INTO is, before anything is copied (a loop was exit 1, "Too many levels of
+    symbolic links"; a link to nothing was exit 1, "File exists")."""
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "notes.txt").write_text("mine\n")
+    (tmp_path / "gone").symlink_to("nowhere")
+    for into, said in (
+        ("loop", "loop leads through a symbolic link that points back to itself (a loop)"),
+        ("loop/ex", "loop/ex leads through a symbolic link that points back to itself"),
+        ("notes.txt", "notes.txt exists and is a regular file, not a folder"),
+        ("notes.txt/ex", "notes.txt/ex lies under a file, not a folder"),
+        ("gone", "gone is a symbolic link to nowhere, which does not exist"),
+        ("gone/ex", "gone/ex lies under gone, a symbolic link to nowhere, which does not exist"),
+    ):
+        done = examples(into, tmp_path)
+        assert done.returncode == 2, (into, done.stderr)
+        assert done.stderr.startswith(f"error: {said}"), done.stderr
+        assert done.stderr.count("\n") == 1 and done.stdout == "", done.stdout + done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gone", "loop", "notes.txt"]
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
