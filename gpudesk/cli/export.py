@@ -21,8 +21,8 @@ import typer
 
 from gpudesk.cli.common import cluster_with_options, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
-from gpudesk.cli.report_file import gpudesk_homes, home_holding
-from gpudesk.text import printable_line, quoted
+from gpudesk.cli.report_file import folder_path_problem, gpudesk_homes, home_holding
+from gpudesk.text import is_text, printable_line, quoted
 
 if TYPE_CHECKING:
     from gpudesk.core.cluster import ClusterSpec
@@ -63,8 +63,17 @@ def _check_dir(target: Path, force: bool) -> Path:
             "to, or a new one.",
             EXIT_USAGE,
         )
+    if not is_text(str(absolute)):  # the scripts are UTF-8 text, and name their folder
+        fail(
+            f"'{printable_line(str(absolute))}' holds bytes that are not UTF-8, which the "
+            "scripts (UTF-8 text that names their folder) cannot carry; name another folder",
+            EXIT_USAGE,
+        )
     if target.exists() and not target.is_dir():
         fail(f"{target} exists and is not a folder; name a new folder for the scripts", EXIT_USAGE)
+    problem = folder_path_problem(target)  # a link loop or a file on its way: never a folder
+    if problem is not None:
+        fail(f"{target} {problem}; name a new folder for the scripts", EXIT_USAGE)
     if target.is_dir():
         try:
             entries = list(target.iterdir())
@@ -288,7 +297,9 @@ def _export(
     from gpudesk.slurm.request import SlurmMappingError
 
     origin = Origin(
-        profile=str(loaded.path),
+        # spelled out: the scripts are UTF-8 text, and a newline in a comment of submit.sh
+        # would start a shell line of its own
+        profile=printable_line(str(loaded.path)),
         version=__version__,
         written=datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds"),
         offer_source=offer_source,

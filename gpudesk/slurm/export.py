@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.core.jobs import JobSpec
 from gpudesk.slurm.request import GresOffer, SlurmMappingError
-from gpudesk.slurm.script import Submission, literal, plan, render
+from gpudesk.slurm.script import Submission, literal, one_line, plan, render
 
 SUBMIT_SCRIPT = "submit.sh"
 LOGS = "logs"
@@ -202,7 +202,7 @@ def _submit_script(scripts: Sequence[ExportedScript], origin: Origin) -> str:
     lines = [
         "#!/bin/bash",
         f"# {MARKER}: submits the {len(scripts)} sbatch script(s) of this folder, made from",
-        f"# {origin.profile} (gpudesk {origin.version}, {origin.written}), in dependency",
+        f"# {one_line(origin.profile)} (gpudesk {origin.version}, {origin.written}), in dependency",
         "# order, and prints each one's Slurm job id. A script that runs after others gets",
         "# --dependency=afterok:<their ids> --kill-on-invalid-dep=yes: it starts once they have",
         "# all succeeded and is cancelled if one of them fails. If sbatch refuses a script, the",

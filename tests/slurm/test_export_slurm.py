@@ -785,3 +785,44 @@ def test_a_folder_in_gpudesks_home_is_refused(
         assert code == 2, stderr
         assert f"is inside gpudesk's home {home}" in stderr, stderr
     assert sorted(p.name for p in home.iterdir()) == ["keep"]
+
+
+def test_a_dir_that_can_never_be_a_folder_is_refused_and_nothing_written(
+    gpudesk: Run, tmp_path: Path
+) -> None:
+    """DIR under a link loop, a file or a link to nothing was exit 1, "cannot make a folder in
+    …: File exists"; a byte that is not UTF-8 in DIR was a UnicodeEncodeError traceback once
+    the scripts, which name their folder, were written."""
+    good = write_profile(tmp_path, MIXED)
+    (tmp_path / "loop").symlink_to("loop")
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "gone").symlink_to("nowhere")
+    for into, said in (
+        ("loop/out", "leads through a symbolic link that points back to itself (a loop)"),
+        ("file/out", "lies under a file, not a folder"),
+        ("gone/out", "/gone, a symbolic link to nowhere, which does not exist"),
+        (os.fsdecode(b"out\xff"), "out\\xff' holds bytes that are not UTF-8"),
+    ):
+        code, _, stderr = gpudesk("export", "slurm", str(good), str(tmp_path / into), "--no-ask")
+        assert code == 2 and said in stderr, (into, stderr)
+        assert "Traceback" not in stderr and stderr.count("\n") == 1, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "gone", "loop", "profile.toml"]
+
+
+def test_a_profiles_path_is_spelled_out_in_the_scripts_comments(
+    gpudesk: Run, tmp_path: Path
+) -> None:
+    """The profile's path is named in a comment of submit.sh and of each script: a newline in
+    it started a shell line of its own in submit.sh (`./submit.sh` ran what followed it), and
+    a byte that is not UTF-8 was a UnicodeEncodeError traceback."""
+    for i, name in enumerate(("p\necho INJECTED\n.toml", os.fsdecode(b"p\xff.toml"))):
+        profile = write_profile(tmp_path, MIXED, name)
+        out = tmp_path / f"out{i}"
+        code, _, stderr = gpudesk("export", "slurm", str(profile), str(out), "--no-ask")
+        assert code == 0, stderr
+        spelled = name.replace("\n", "\\x0a").replace("\udcff", "\\xff")
+        for script in (out / "submit.sh", *out.glob("*.sbatch")):
+            text = script.read_text()
+            assert spelled in text, text
+            assert not any(line.startswith("echo INJECTED") for line in text.splitlines())
+            subprocess.run(["bash", "-n", str(script)], check=True)
