@@ -325,9 +325,12 @@ class Client:
         try:
             return self.ask(SubmitResult, "submit", args)
         except EngineError as exc:
-            if exc.code != TOO_LARGE or len(args.jobs) < 2:
+            # more than one request holds (refused whole, nothing queued): in parts that
+            # start as one, where its jobs are many rather than each large
+            from gpudesk.api.submit_parts import in_parts
+
+            if exc.code != TOO_LARGE or not in_parts(args.jobs, args.env):
                 raise
-        # more than one request holds (never sent): in parts that start as one
         from gpudesk.api.submit_parts import submit_in_parts
 
         return submit_in_parts(self, args.jobs, args.env, hold=hold)
@@ -341,9 +344,10 @@ class Client:
         except EngineError as exc:
             if exc.code == UNKNOWN_OP:
                 return False
-            if exc.code != TOO_LARGE or len(args.jobs) < 2:
+            from gpudesk.api.submit_parts import check_in_parts, in_parts
+
+            if exc.code != TOO_LARGE or not in_parts(args.jobs, args.env):
                 raise
-            from gpudesk.api.submit_parts import check_in_parts
 
             check_in_parts(self, args.jobs, args.env)
         return True

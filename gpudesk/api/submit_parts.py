@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.api.models import ActionOutcome, SubmitResult
-from gpudesk.core.protocol import MAX_MESSAGE_BYTES, MAX_REQUEST_VALUES, Request, json_values
+from gpudesk.core import protocol
+from gpudesk.core.protocol import Request, json_values
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -34,10 +35,34 @@ if TYPE_CHECKING:
 PART_JOBS = 1_000
 # Job ids named in one cancel or release request: a list of ids is one value each.
 IDS_PER_REQUEST = 1_000
+# Parts are for many ordinary jobs. A job that alone takes more than this share of a request's
+# bounds (~84 KiB, or 1,000 JSON values: a large env given to every job of a sweep) is itself
+# what to change, so such a submission is refused as one request is, saying to keep large
+# values out of every job (a design choice: a plain job is ~360 bytes and ~45 values).
+JOB_SHARE_OF_REQUEST = 1 / 100
 _DEPENDENCY_KEYS = ("after", "after_any", "after_notok")
 _REQUEST_INDEX = re.compile(r"^jobs\[(\d+)\]")
 
 Job = dict[str, Any]  # a JobSpec as the request carries it (JobSpec.to_dict)
+
+
+def _cost(job: Job) -> tuple[int, int]:
+    """What a job adds to a request: bytes and JSON values, its ", " in the list counted."""
+    raw = json.dumps(job).encode()
+    return len(raw) + 2, json_values(raw) + 1
+
+
+def ordinary(jobs: Sequence[Job]) -> bool:
+    """Whether no job is large enough to be the problem itself (`JOB_SHARE_OF_REQUEST`)."""
+    most_bytes = protocol.MAX_MESSAGE_BYTES * JOB_SHARE_OF_REQUEST
+    most_values = protocol.MAX_REQUEST_VALUES * JOB_SHARE_OF_REQUEST
+    return all(b <= most_bytes and v <= most_values for b, v in map(_cost, jobs))
+
+
+def in_parts(jobs: Sequence[Job], env: dict[str, str] | None) -> bool:
+    """Whether a submission the engine refused as too large for one request goes in parts: its
+    jobs are ordinary ones (`ordinary`) and more than one request's worth of them."""
+    return len(jobs) > 1 and ordinary(jobs) and len(plan_parts(jobs, env)) > 1
 
 
 def plan_parts(jobs: Sequence[Job], env: dict[str, str] | None) -> list[range]:
@@ -48,11 +73,10 @@ def plan_parts(jobs: Sequence[Job], env: dict[str, str] | None) -> list[range]:
     parts: list[range] = []
     start, size, values = 0, base_bytes, base_values
     for index, job in enumerate(jobs):
-        raw = json.dumps(job).encode()
-        job_bytes, job_values = len(raw) + 2, json_values(raw) + 1  # its ", " in the list
+        job_bytes, job_values = _cost(job)
         full = (
-            size + job_bytes > MAX_MESSAGE_BYTES
-            or values + job_values > MAX_REQUEST_VALUES
+            size + job_bytes > protocol.MAX_MESSAGE_BYTES
+            or values + job_values > protocol.MAX_REQUEST_VALUES
             or index - start >= PART_JOBS
         )
         if full and index > start:

@@ -83,4 +83,4 @@ def test_examples_copies_the_bundled_files_out_and_keeps_the_users(tmp_path: Pat
         capture_output=True,
         text=True,
     )
-    assert refused.returncode == 2 and "is not a folder" in refused.stderr
+    assert refused.returncode == 2 and "not a folder" in refused.stderr
