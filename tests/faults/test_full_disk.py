@@ -342,3 +342,43 @@ def test_job_control_on_a_full_disk_changes_nothing(
     assert engine.wait_state(second, {"succeeded", "failed", "cancelled"}).state == "succeeded"
     assert runs(marker) == 1
     assert job_names(engine.home) == ["gated", "waits"]
+
+
+def stored_states(home: Home, ids: list[int]) -> dict[int, str]:
+    db = sqlite3.connect(home.db)
+    try:
+        marks = ",".join("?" * len(ids))
+        rows = db.execute(f"SELECT id, state FROM jobs WHERE id IN ({marks})", ids)
+        return {int(job_id): str(state) for job_id, state in rows}
+    finally:
+        db.close()
+
+
+def test_a_cancel_of_many_jobs_on_a_full_disk_leaves_each_as_the_store_has_it(
+    disk_engine: EngineHandle, small_disk: Path, tmp_path: Path
+) -> None:
+    """One request naming 30 queued jobs, their changes in one transaction, on a full disk:
+    each job's outcome is what the store holds and what the engine holds (refused: still
+    queued in both; cancelled: in both), whatever write or commit the disk refused; each
+    refused one still runs once when its turn comes, a cancelled one never."""
+    engine = disk_engine
+    gate, marker = tmp_path / "gate", tmp_path / "runs"
+    engine.occupy_the_only_slot(gate)
+    ids = engine.submit(
+        *({"name": f"w{i}", "command": ["sh", "-c", f"echo {i} >> {marker}"]} for i in range(30))
+    )
+    fill(small_disk / "filler")
+
+    said = refused("cancel", *map(str, ids))
+    kept = [i for i in ids if f"job {i} (w{ids.index(i)}): nothing changed" in said]
+    gone = [i for i in ids if f"job {i} (w{ids.index(i)}): cancelled" in said]
+    assert kept and len(kept) + len(gone) == len(ids), said
+    assert "the disk holding gpudesk's state folder" in said
+    shown = {job.id: job.state for job in engine.api.jobs(ids=ids)}
+    assert shown == stored_states(engine.home, ids)
+    assert shown == {i: "queued" if i in kept else "cancelled" for i in ids}
+
+    (small_disk / "filler").unlink()
+    gate.touch()
+    engine.wait_all_done(kept, timeout=60)
+    assert sorted(int(n) for n in marker.read_text().split()) == [ids.index(i) for i in kept]

@@ -6,7 +6,7 @@ their type (`gpudesk.core.wire.requests`) before its handler is called.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,9 +107,11 @@ class Requests:
         usage = self.parts.telemetry.job_usage(job_ids, self.parts.attempts.attempt_numbers())
         return msgspec.convert(usage, dict[int, UsageSummary])
 
-    def _find(self, ref: JobRef, field: str) -> JobRecord:
+    def _find(
+        self, ref: JobRef, field: str, read: Mapping[int, JobRecord] | None = None
+    ) -> JobRecord:
         """A job by id (int or digits) or by name (the newest job of that name); `field` names
-        the argument in the error for a ref that is neither."""
+        the argument in the error for a ref that is neither. `read`: jobs read already, by id."""
         if ref == "":
             raise ProtocolError(
                 protocol.INVALID_ARGS, f"'{field}': a job is named by its id or its name"
@@ -125,7 +127,26 @@ class Requests:
                 protocol.INVALID_ARGS,
                 f"'{field}': a job name is UTF-8 text; {safe_text(ref)!r} holds bytes that are not",
             )
+        if read is not None and isinstance(ref, int) and ref in read:
+            return read[ref]
         return self.parts.control.find(ref)
+
+    def _find_all(self, refs: Sequence[JobRef], field: str) -> dict[int, JobRecord]:
+        """The jobs `refs` name (`_find`'s way), each once, in the order first named; those
+        named by id read at once: a queued one as the queue holds it (the engine keeps that copy
+        as the store has it: the scheduler starts jobs from it), the others in one query (a
+        request naming 1,000 spent 20 ms of the loop reading them one by one)."""
+        digits = (int(r) for r in refs if isinstance(r, str) and reads_as_job_id(r) and len(r) < 20)
+        named = {*digits, *(r for r in refs if isinstance(r, int))}
+        ids = [i for i in named if -MAX_ROW_ID <= i <= MAX_ROW_ID]
+        read = {i: job for i in ids if (job := self.parts.queue.get(i)) is not None}
+        if unread := [i for i in ids if i not in read]:
+            read.update((job.id, job) for job in self.parts.store.jobs(ids=unread))
+        jobs: dict[int, JobRecord] = {}
+        for index, ref in enumerate(refs):
+            job = self._find(ref, f"{field}[{index}]", read)
+            jobs.setdefault(job.id, job)
+        return jobs
 
 
 def user_arg(value: str | int | None) -> int | None:

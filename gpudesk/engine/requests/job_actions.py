@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 
 from gpudesk import diskspace
 from gpudesk.core import protocol
@@ -39,20 +40,26 @@ class JobActionRequests(Requests):
         caller: Caller,
         verb: str,
         action: Callable[[JobRecord], JobOutcome],
+        at_once: Callable[[list[JobRecord]], dict[int, JobOutcome]] | None = None,
     ) -> ActionResult:
         """The shape of every job-control op: resolve all of `args["jobs"]` (ids or names)
         first, so one unknown job fails the request with none touched, then act on each job
-        once, in the order given. A job the caller may not `verb` (not theirs, and they are no
-        admin) is refused on its own: its outcome names the rule, the others go on; so is one
-        whose change the store could not take (a full disk): those before it stay changed."""
-        jobs: dict[int, JobRecord] = {}
-        for index, ref in enumerate(args.jobs):
-            job = self._find(ref, f"jobs[{index}]")
-            jobs.setdefault(job.id, job)
+        once; the outcomes in the order given. A job the caller may not `verb` (not theirs,
+        and they are no admin) is refused on its own: its outcome names the rule, the others
+        go on; so is one whose change the store could not take (a full disk). `at_once`: the
+        station's jobs it takes, their changes stored in one transaction (a refused commit
+        leaves each as it was); the rest one by one (`action`), those before a refused one
+        staying changed."""
+        jobs = self._find_all(args.jobs, "jobs").values()
+        refusals = {job.id: self.parts.access.job_refusal(caller, job, verb) for job in jobs}
+        backends = self.parts.control.backends
+        station = [j for j in jobs if not refusals[j.id] and backends.for_job(j) is backends.local]
+        done = at_once(station) if at_once and station else {}
         results = []
-        for job in jobs.values():
-            refusal = self.parts.access.job_refusal(caller, job, verb)
-            outcome = JobOutcome(refusal, ok=False) if refusal else self._acted(job, action)
+        for job in jobs:
+            refusal = refusals[job.id]
+            outcome = JobOutcome(refusal, ok=False) if refusal else done.get(job.id)
+            outcome = outcome or self._acted(job, action)
             results.append(
                 ActionOutcome(id=job.id, name=job.name, outcome=outcome.message, ok=outcome.ok)
             )
@@ -71,20 +78,25 @@ class JobActionRequests(Requests):
             return JobOutcome(diskspace.job_text(root), ok=False)
 
     def cancel(self, args: CancelArgs, caller: Caller) -> ActionResult:
-        control = self.parts.control
-        return self.act_on_jobs(args, caller, "cancel", lambda job: control.cancel(job, args.grace))
+        control, grace = self.parts.control, args.grace
+        queued = control.backends.local.cancel_all  # a running job's cancel is one by one
+        return self.act_on_jobs(args, caller, "cancel", lambda j: control.cancel(j, grace), queued)
 
     def hold(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
         """{"jobs": [refs]}: hold queued jobs. The placement policy never starts a held job; it
         keeps its place in the queue. Outcomes: "held", "already held", or (ok false) why
         not, e.g. "running: only a queued job can be held"."""
-        return self.act_on_jobs(args, caller, "hold", self.parts.control.hold)
+        control = self.parts.control
+        at_once = partial(control.backends.local.set_held_all, held=True)
+        return self.act_on_jobs(args, caller, "hold", control.hold, at_once)
 
     def release(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
         """{"jobs": [refs]}: release held jobs. Outcomes: "released", "not held" (a queued job
         free to start), or (ok false) why not, e.g. "running: only a held job can be
         released"."""
-        return self.act_on_jobs(args, caller, "release", self.parts.control.release)
+        control = self.parts.control
+        at_once = partial(control.backends.local.set_held_all, held=False)
+        return self.act_on_jobs(args, caller, "release", control.release, at_once)
 
     def priority(self, args: PriorityArgs, caller: Caller) -> ActionResult:
         """{"jobs": [refs], "priority": int} sets the priority (submit's range), or
@@ -129,4 +141,6 @@ class JobActionRequests(Requests):
         "running: only a finished job can be requeued", or the refusal when its owner would
         hold more queued jobs than `[station] max_queued_per_user` allows (whoever asks: the
         limit is the owner's)."""
-        return self.act_on_jobs(args, caller, "requeue", self.parts.control.requeue)
+        control = self.parts.control
+        at_once = control.backends.local.requeue_all
+        return self.act_on_jobs(args, caller, "requeue", control.requeue, at_once)

@@ -85,14 +85,17 @@ class StoreConnection:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
+        """All of the block's writes, or (it raises, or the commit is refused) none of them."""
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        else:
             self._conn.execute("COMMIT")
+        except BaseException:
+            # SQLite ends some failed transactions itself (a full disk may); one a refused
+            # COMMIT left open is ended here, or the next BEGIN would fail
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
 
     # ----------------------------------------------------------------- events
     def _add_event(

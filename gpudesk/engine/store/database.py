@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpudesk.engine.store.family_history import FamilyHistoryTables
+from gpudesk.engine.store.job_changes import JobChangeTables
 from gpudesk.engine.store.jobs import JobTables
 from gpudesk.engine.store.listing import JobListing
 from gpudesk.engine.store.model_params import ModelParamTables
@@ -14,6 +15,7 @@ from gpudesk.engine.store.tracking import TrackingTables
 
 class Store(
     SlurmTables,
+    JobChangeTables,
     SuspensionTables,
     JobTables,
     JobListing,
@@ -23,6 +25,6 @@ class Store(
     FamilyHistoryTables,
 ):
     """All reads and writes of the engine's database: its connection (`StoreConnection`), the
-    jobs and attempts (`JobTables`), telemetry and measured demand (`SampleTables`), and the
-    interference model's learning (`ModelParamTables`), the MLflow runs (`TrackingTables`), the
-    jobs on Slurm (`SlurmTables`), what each command family measured (`FamilyHistoryTables`)."""
+    jobs, their attempts (`JobTables`) and control (`JobChangeTables`), telemetry and measured
+    demand (`SampleTables`), the interference model's learning (`ModelParamTables`), the MLflow
+    runs, the jobs on Slurm, what each command family measured (`FamilyHistoryTables`)."""

@@ -213,28 +213,6 @@ class JobTables(StoreConnection):
             self._transition(conn, job_id, state, reason, now, ended_at=now, reason=reason, held=0)
 
     # ------------------------------------------------------------ job control
-    def set_held(self, job_id: int, held: bool, now: float | None = None) -> JobRecord:
-        """Hold a queued job (the placement policy skips it; it keeps its place in the queue)
-        or release it. Only a queued job can be held: anything else raises InvalidTransition."""
-        now = now or time.time()
-        with self.transaction() as conn:
-            updated = conn.execute(
-                "UPDATE jobs SET held = ? WHERE id = ? AND state = 'queued'", (int(held), job_id)
-            ).rowcount
-            if not updated:
-                state = self._state(conn, job_id)
-                raise InvalidTransition(
-                    f"only a queued job can be held or released; job {job_id} is {state.value}"
-                )
-            self._add_event(
-                conn,
-                "hold" if held else "release",
-                "held by user" if held else "released by user",
-                job_id=job_id,
-                now=now,
-            )
-        return self.job(job_id)
-
     def set_priority(self, job_id: int, priority: int, now: float | None = None) -> JobRecord:
         """Change a job's priority (its spec and the queue-order column) in any state; it
         orders the queue, so it matters when the job is, or next goes back to, queued."""
@@ -274,34 +252,6 @@ class JobTables(StoreConnection):
             self._add_event(conn, "edit", edit.message, job_id=job_id, now=now)
         if env is not None:
             self._env_ids[env[0]] = env[1]
-        return self.job(job_id)
-
-    def requeue(self, job_id: int, now: float | None = None) -> JobRecord:
-        """Put a finished job (succeeded, failed or cancelled) back in the queue as the same
-        job, with a fresh attempt budget: its attempts stay in its history and the next one's
-        number follows them. Raises InvalidTransition for a job that has not finished."""
-        now = now or time.time()
-        with self.transaction() as conn:
-            state = self._state(conn, job_id)
-            if not state.terminal:
-                raise InvalidTransition(
-                    f"only a finished job can be requeued; job {job_id} is {state.value}"
-                )
-            conn.execute(
-                "UPDATE jobs SET state = 'queued', attempts_before_requeue = attempts, "
-                "preemptions = 0, "
-                "archived = 0, held = 0, cancel_requested = 0, kill_deadline = NULL, "
-                "started_at = NULL, ended_at = NULL, exit_code = NULL, reason = NULL WHERE id = ?",
-                (job_id,),
-            )
-            self._add_event(
-                conn,
-                "state",
-                f"requeued by user (was {state.value})",
-                job_id=job_id,
-                state=JobState.QUEUED,
-                now=now,
-            )
         return self.job(job_id)
 
     # --------------------------------------------------------------- attempts

@@ -6,10 +6,15 @@ station job shows in the engine's replies: where its attempt runs (`slot`, `gpus
 
 from __future__ import annotations
 
+import logging
+import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import cast
 
+from gpudesk import diskspace
 from gpudesk.core.identity import Caller
+from gpudesk.core.job_changes import CancelQueued, JobChange, Requeue, SetHeld
 from gpudesk.core.job_edit import JobEdit
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import AttemptRecord, JobRecord
@@ -28,6 +33,10 @@ from gpudesk.hw import runner
 from gpudesk.paths import Home
 from gpudesk.policy import user_limits
 from gpudesk.policy.queue import JobQueue
+
+log = logging.getLogger("gpudesk.engine")
+# a job's change for the store, its event's message, and the job's outcome once stored
+Planned = tuple[JobChange, str, str]
 
 
 def attempt_reply(attempt: AttemptRecord) -> AttemptView:
@@ -161,14 +170,11 @@ class LocalBackend:
         return monitor.backend.name if monitor.simulated else None
 
     # ----------------------------------------------------------- job control
+    # `*_all`: a request's jobs at once, their changes stored in one transaction
+    # (engine/store/job_changes.py), then followed here; the one-job forms are a request of one
     def cancel(self, job: JobRecord, grace: float) -> JobOutcome:
         if job.state is JobState.QUEUED:
-            # stored first: a store that refuses it (a full disk) leaves the job queued here too
-            self.store.finish_queued(job.id, JobState.CANCELLED, "cancelled while queued")
-            self.queue.remove(job.id)
-            self.events.job(job.id, "cancelled while queued")
-            self.due.mark()
-            return JobOutcome("cancelled")
+            return self.cancel_all([job])[job.id]
         # Stored first, with the resumes of its suspended attempts (continued to see their
         # SIGTERM) in one transaction; then signalled. A store that refuses it (a full disk)
         # leaves the job running, or suspended, and not cancelled, here as in the store.
@@ -180,46 +186,104 @@ class LocalBackend:
             self.attempts.terminate(live, grace, resume)
         return JobOutcome("stopping")
 
+    def cancel_all(self, jobs: Sequence[JobRecord]) -> dict[int, JobOutcome]:
+        """The queued ones of `jobs` cancelled (a running one's cancel is `cancel`'s)."""
+        said = "cancelled while queued"
+        queued = [job for job in jobs if job.state is JobState.QUEUED]
+        return self._change_all([(CancelQueued(job, said), said, "cancelled") for job in queued])
+
     def hold(self, job: JobRecord) -> JobOutcome:
-        if job.state is not JobState.QUEUED:
-            return JobOutcome(f"{state_phrase(job)}: only a queued job can be held", ok=False)
-        if job.held:
-            return JobOutcome("already held")
-        self.changed(self.store.set_held(job.id, True), "held by user")
-        return JobOutcome("held")
+        return self.set_held_all([job], True)[job.id]
 
     def release(self, job: JobRecord) -> JobOutcome:
-        if job.state is not JobState.QUEUED:  # refused, as hold refuses it
-            return JobOutcome(f"{state_phrase(job)}: only a held job can be released", ok=False)
-        if not job.held:  # free to start already: what release asks
-            return JobOutcome("not held")
-        self.changed(self.store.set_held(job.id, False), "released by user")
-        return JobOutcome("released")
+        return self.set_held_all([job], False)[job.id]
 
     def requeue(self, job: JobRecord) -> JobOutcome:
-        """Requeue a finished job, unless that would leave its owner more queued jobs than
-        `[station] max_queued_per_user` (whoever asks: the limit is the owner's)."""
-        if job.state is JobState.QUEUED:
-            return JobOutcome("already queued" + (" (held)" if job.held else ""))
-        if job.state is JobState.RUNNING:
-            return JobOutcome(f"{state_phrase(job)}: only a finished job can be requeued", ok=False)
-        refusal = user_limits.queued_refusal(
-            self.station.config.max_queued_per_user,
-            job.user,
-            user_limits.queued_count(self.queue, job.owner.uid),
-            1,
-            "requeueing",
-            f"Job {job.id} was not requeued",
-        )
-        if refusal:
-            return JobOutcome(refusal, ok=False)
-        record = self.store.requeue(job.id)
-        self.changed(
-            record,
-            f"requeued by user (was {job.state.value}); attempt "
-            f"{record.attempts + 1} next, {record.spec.max_attempts} allowed",
-        )
-        return JobOutcome("requeued")
+        return self.requeue_all([job])[job.id]
+
+    def set_held_all(self, jobs: Sequence[JobRecord], held: bool) -> dict[int, JobOutcome]:
+        """Hold (`held`) or release queued jobs."""
+        outcomes: dict[int, JobOutcome] = {}
+        planned: list[Planned] = []
+        done = "held" if held else "released"
+        for job in jobs:
+            if job.state is not JobState.QUEUED:  # release refuses it as hold does
+                only = "a queued job can be held" if held else "a held job can be released"
+                outcomes[job.id] = JobOutcome(f"{state_phrase(job)}: only {only}", ok=False)
+            elif job.held == held:  # a release of a job free to start: what it asks
+                outcomes[job.id] = JobOutcome("already held" if held else "not held")
+            else:
+                planned.append((SetHeld(job, held), f"{done} by user", done))
+        return self._change_all(planned, outcomes)
+
+    def requeue_all(self, jobs: Sequence[JobRecord]) -> dict[int, JobOutcome]:
+        """Requeue finished jobs, each unless that would leave its owner more queued jobs than
+        `[station] max_queued_per_user` (whoever asks: the limit is the owner's), counting
+        those requeued before it."""
+        outcomes: dict[int, JobOutcome] = {}
+        planned: list[Planned] = []
+        requeued: Counter[int] = Counter()  # owner uid -> jobs requeued here, not yet queued
+        limit = self.station.config.max_queued_per_user
+        for job in jobs:
+            uid = job.owner.uid
+            refusal = limit is not None and user_limits.queued_refusal(
+                limit,
+                job.user,
+                user_limits.queued_count(self.queue, uid) + requeued[uid],
+                1,
+                "requeueing",
+                f"Job {job.id} was not requeued",
+            )
+            if job.state is JobState.QUEUED:
+                outcomes[job.id] = JobOutcome("already queued" + (" (held)" if job.held else ""))
+            elif job.state is JobState.RUNNING:
+                refused = f"{state_phrase(job)}: only a finished job can be requeued"
+                outcomes[job.id] = JobOutcome(refused, ok=False)
+            elif refusal:
+                outcomes[job.id] = JobOutcome(refusal, ok=False)
+            else:
+                requeued[uid] += 1
+                said = (
+                    f"requeued by user (was {job.state.value}); attempt "
+                    f"{job.attempts + 1} next, {job.spec.max_attempts} allowed"
+                )
+                planned.append((Requeue(job), said, "requeued"))
+        return self._change_all(planned, outcomes)
+
+    def _change_all(
+        self, planned: list[Planned], outcomes: dict[int, JobOutcome] | None = None
+    ) -> dict[int, JobOutcome]:
+        """`outcomes`, and each planned job's: the changes stored in one transaction, then each
+        followed here (`changed`) only where the store took it, even past a listener that
+        raised (raised after), so the queue and the store agree. One the store refused (a full
+        disk; a refused commit: all) is left as it was, and its outcome says why."""
+        outcomes = {} if outcomes is None else outcomes
+        if not planned:
+            return outcomes
+        now, root = time.time(), self.home.root
+        try:
+            errors = self.store.change_jobs([p[0] for p in planned], self._full, now)
+        except Exception as exc:
+            if not self._full(exc):
+                raise
+            errors = [exc] * len(planned)
+        failures: list[Exception] = []
+        for (change, said, outcome), error in zip(planned, errors, strict=True):
+            if error is not None:
+                log.warning("job %d left as it was: %s", change.job.id, error)
+                outcomes[change.job.id] = JobOutcome(diskspace.job_text(root), ok=False)
+                continue
+            outcomes[change.job.id] = JobOutcome(outcome)
+            try:
+                self.changed(change.applied(now), said)
+            except Exception as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+        return outcomes
+
+    def _full(self, exc: BaseException) -> bool:
+        return diskspace.is_full(exc, self.home.root)
 
     def edit(self, job: JobRecord, edit: JobEdit) -> JobOutcome:
         """Swapped on the loop, as placement runs, and by the store only while queued: the job
@@ -239,9 +303,12 @@ class LocalBackend:
 
     def changed(self, job: JobRecord, message: str) -> None:
         """A user changed a job (its store record and event are written): keep the queue's
-        copy current (re-sorted by `add`), tell subscribers, and let the policy look again."""
+        copy current (re-sorted by `add`; one no longer queued leaves it), tell subscribers,
+        and let the policy look again."""
         if job.state is JobState.QUEUED:
             self.queue.add(job)
+        else:
+            self.queue.remove(job.id)
         self.events.job(job.id, message, job)
         self.due.mark()
 

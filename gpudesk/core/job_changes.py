@@ -1,0 +1,62 @@
+"""The user's hold, release, requeue and cancel of a queued job as data: what the store writes
+for each job of a request, all in one transaction (gpudesk.engine.store.job_changes), and the
+record each leaves (`applied`), field for field what the store reads back after it, so the
+engine's queue and events need no read of each job after the write."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from gpudesk.core.jobs import JobState
+from gpudesk.core.records import JobRecord
+from gpudesk.text import safe_text
+
+
+@dataclass(frozen=True)
+class CancelQueued:
+    """A queued job ended before it started (as `finish_queued` ends it)."""
+
+    job: JobRecord
+    reason: str
+
+    def applied(self, now: float) -> JobRecord:
+        reason, state = safe_text(self.reason), JobState.CANCELLED
+        return dataclasses.replace(self.job, state=state, ended_at=now, reason=reason, held=False)
+
+
+@dataclass(frozen=True)
+class SetHeld:
+    """A queued job held (the placement policy skips it; it keeps its place) or released."""
+
+    job: JobRecord
+    held: bool
+
+    def applied(self, now: float) -> JobRecord:
+        return dataclasses.replace(self.job, held=self.held)
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """A finished job queued again as the same job, with a fresh attempt budget: its attempts
+    stay in its history and the next one's number follows them."""
+
+    job: JobRecord
+
+    def applied(self, now: float) -> JobRecord:
+        return dataclasses.replace(
+            self.job,
+            state=JobState.QUEUED,
+            attempts_before_requeue=self.job.attempts,
+            preemptions=0,
+            held=False,
+            cancel_requested=False,
+            kill_deadline=None,
+            started_at=None,
+            ended_at=None,
+            exit_code=None,
+            reason=None,
+        )
+
+
+JobChange = CancelQueued | SetHeld | Requeue
