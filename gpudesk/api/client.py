@@ -77,6 +77,7 @@ from gpudesk.core.wire.requests import (
 
 if TYPE_CHECKING:
     from gpudesk.api.connection import Connection, EventSocket
+    from gpudesk.api.job_pages import JobPages
     from gpudesk.core.datasets import DatasetSpec
     from gpudesk.core.jobs import JobSpec
     from gpudesk.core.station import StationConfig
@@ -455,6 +456,30 @@ class Client:
             if limit is not None and len(jobs) > limit:
                 jobs, more = jobs[-limit:], True
         return JobList(jobs=jobs, more=more, damaged=damaged, simulated=simulated, drain=drain)
+
+    def job_pages(
+        self,
+        *,
+        states: Sequence[JobStateName] | None = None,
+        group: str | None = None,
+        limit: int | None = None,
+        usage: bool = False,
+        user: str | int | None = None,
+        archived: bool = False,
+    ) -> JobPages:
+        """`job_listing`'s pages one at a time, for a caller that uses each as it arrives:
+        oldest first, or newest first where `limit` keeps fewer than match (`JobPages`)."""
+        from gpudesk.api.job_pages import JobPages
+
+        return JobPages(
+            self,
+            states=states,
+            group=group,
+            limit=limit,
+            usage=usage,
+            user=user,
+            archived=archived,
+        )
 
     def jobs(
         self,

@@ -7,7 +7,7 @@ attempts counts, so a requeued job's split is approximate). Jobs that never star
 nothing; a job without an energy figure (nothing was measured) adds its GPU-hours only, and the
 figure says how many there were. Every day from the first to the last is drawn, empty ones too.
 
-The rows are `history`'s `HistoryRow`s (gpudesk.cli.history), read through the `UsageRecord`
+The rows are `history`'s `HistoryRow`s (gpudesk.cli.history_output), read through the `UsageRecord`
 protocol, so the plot does not import the CLI that imports it.
 """
 

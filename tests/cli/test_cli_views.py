@@ -16,8 +16,8 @@ from test_api_prepass import job_view  # same folder: on sys.path under pytest
 from test_plots import history_row
 
 from gpudesk import render
-from gpudesk.cli.history import _table
-from gpudesk.cli.history import history_row as row_of
+from gpudesk.cli.history_output import history_row as row_of
+from gpudesk.cli.history_output import history_table as _table
 
 
 def test_clip_apart_keeps_a_sweeps_names_apart_where_a_plain_clip_does_not() -> None:

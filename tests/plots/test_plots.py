@@ -13,7 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
 
 from gpudesk.cli.compare_report import PresetRow
-from gpudesk.cli.history import HistoryRow
+from gpudesk.cli.history_output import HistoryRow
 from gpudesk.plots.common import NothingToPlot, PlotError, PlotTarget, rendered, resample
 from gpudesk.plots.compare import compare_figure, compare_text
 from gpudesk.plots.history import daily_usage, history_figure, history_text
