@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from gpudesk.core.jobs import JobSpec, JobState
+from gpudesk.core.protocol import INVALID_ARGS, REFUSED, UNKNOWN_JOB
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.policy import Decision
 
@@ -149,3 +150,33 @@ class ArrayThrottle:
         if len(kept) == len(decision.placements):
             return decision
         return Decision(kept, decision.rejections, decision.overtaken)
+
+
+def continued_array_refusal(
+    index: int, spec: JobSpec, head: JobRecord | None, caller_uid: int
+) -> tuple[str, str] | None:
+    """Why the `index`-th job of a submit request may not continue the array whose first job
+    (`head`, None: no such job) it names by id, as a submission too large for one request
+    continues an array in its later parts (gpudesk.api.submit_parts): (the protocol's code, the
+    message); None where it may. Only the array's owner continues it, with its task limit."""
+    where = f"jobs[{index}].array_job"
+    if head is None:
+        return UNKNOWN_JOB, f"{where}: there is no job {spec.array_job} whose array to continue"
+    if head.owner.uid != caller_uid:
+        return (
+            REFUSED,
+            f"{where}: job {head.id} is another user's; an array is continued only by its owner",
+        )
+    if head.spec.array_task is None or head.spec.array_job is not None:
+        return INVALID_ARGS, f"{where}: job {head.id} is not the first job of an array"
+    if head.spec.array_limit != spec.array_limit:
+        return (
+            INVALID_ARGS,
+            f"{where}: job {head.id}'s array runs {_limit(head.spec.array_limit)}, this task "
+            f"{_limit(spec.array_limit)}: an array has one limit",
+        )
+    return None
+
+
+def _limit(array_limit: int | None) -> str:
+    return "with no limit" if array_limit is None else f"at most {array_limit} at once"

@@ -15,6 +15,7 @@ import pytest
 from conftest import EngineHandle, EngineInProcess, wait_for
 from store_fill import fill_jobs
 from store_refusal import FULL_DISK, store_refusing
+from test_job_control_store import set_held  # same folder: on sys.path under pytest
 
 from gpudesk.core.identity import Caller, Identity
 from gpudesk.core.job_changes import CancelQueued, Requeue, SetHeld
@@ -157,14 +158,14 @@ def test_a_refused_commit_writes_none_and_the_store_takes_the_next_write(tmp_pat
             "BEGIN INSERT INTO checked VALUES (-1); END"
         )
         with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
-            store.set_held(jobs[0].id, True)
+            set_held(store, jobs[0].id, True)
         assert not store._conn.in_transaction
         with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
             store.change_jobs([SetHeld(job, True) for job in jobs], refused=lambda _exc: True)
         assert not store._conn.in_transaction
         assert [job.held for job in store.jobs()] == [False] * 4
         conn.execute("DROP TRIGGER at_commit")
-        assert store.set_held(jobs[0].id, True).held
+        assert set_held(store, jobs[0].id, True).held
         assert store.change_jobs([SetHeld(jobs[1], True)], refused=lambda _exc: False) == [None]
         assert [job.held for job in store.jobs()] == [True, True, False, False]
     finally:
@@ -180,7 +181,7 @@ def test_each_change_says_the_record_the_store_reads_back(tmp_path: Path) -> Non
         other = Identity.of(os.getuid() + 1, os.getgid() + 1, [7])
         specs = [JobSpec(name=f"j{i}", command=("true",), priority=i) for i in range(3)]
         queued, held, finished = store.submit(specs, owner=other, held=True)
-        store.set_held(finished.id, False)
+        set_held(store, finished.id, False)
         for state in (JobState.QUEUED, JobState.FAILED):  # a retry, then its last attempt
             store.finish_attempt(
                 store.start_attempt(finished.id, {"slot": "cpu:1"}, tmp_path),

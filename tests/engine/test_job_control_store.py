@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudesk.core.job_changes import Requeue, SetHeld
 from gpudesk.core.jobs import InvalidTransition, JobSpec, JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.engine.station.telemetry_sink import local_midnight
@@ -22,6 +23,17 @@ from gpudesk.policy.queue import JobQueue
 
 def spec(name: str = "j", **extra: object) -> JobSpec:
     return JobSpec(name=name, command=("true",), **extra)  # type: ignore[arg-type]
+
+
+def set_held(store: Store, job_id: int, held: bool) -> JobRecord:
+    """Hold or release one job, as a request of one does (engine/store/job_changes.py)."""
+    store.change_jobs([SetHeld(store.job(job_id), held)], lambda _exc: False)
+    return store.job(job_id)
+
+
+def requeue(store: Store, job_id: int) -> JobRecord:
+    store.change_jobs([Requeue(store.job(job_id))], lambda _exc: False)
+    return store.job(job_id)
 
 
 @pytest.fixture
@@ -64,10 +76,10 @@ def test_a_version_3_store_migrates_to_job_control_and_keeps_its_jobs(tmp_path: 
 # ------------------------------------------------------------------------ hold
 def test_hold_and_release_a_queued_job_with_events(store: Store, tmp_path: Path) -> None:
     (job,) = store.submit([spec()])
-    held = store.set_held(job.id, True)
+    held = set_held(store, job.id, True)
     assert held.held and held.state is JobState.QUEUED
     assert store.queued()[0].held
-    released = store.set_held(job.id, False)
+    released = set_held(store, job.id, False)
     assert not released.held
     assert [(e.kind, e.message) for e in store.events(job.id)][1:] == [
         ("hold", "held by user"),
@@ -78,7 +90,7 @@ def test_hold_and_release_a_queued_job_with_events(store: Store, tmp_path: Path)
 def test_held_survives_reopening_the_store(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "db")
     (job,) = store.submit([spec()])
-    store.set_held(job.id, True)
+    set_held(store, job.id, True)
     store.close()
     again = Store.open(tmp_path / "db")
     try:
@@ -93,9 +105,9 @@ def test_only_a_queued_job_can_be_held_and_leaving_the_queue_clears_it(
     running, cancelled = store.submit([spec("r"), spec("c")])
     store.start_attempt(running.id, {"slot": "cpu:0"}, tmp_path)
     with pytest.raises(InvalidTransition, match="job 1 is running"):
-        store.set_held(running.id, True)
+        set_held(store, running.id, True)
     assert not store.job(running.id).held
-    store.set_held(cancelled.id, True)
+    set_held(store, cancelled.id, True)
     store.finish_queued(cancelled.id, JobState.CANCELLED, "cancelled while queued")
     assert not store.job(cancelled.id).held
 
@@ -125,7 +137,7 @@ def test_requeue_a_failed_job_gives_a_fresh_budget_and_continues_numbering(
     fail_attempt(store, job.id, tmp_path, JobState.FAILED)
     failed = store.job(job.id)
     assert (failed.attempts, failed.attempts_since_requeue) == (2, 2)
-    again = store.requeue(job.id)
+    again = requeue(store, job.id)
     assert again.state is JobState.QUEUED
     assert (again.attempts, again.attempts_before_requeue, again.attempts_since_requeue) == (
         2,
@@ -157,7 +169,7 @@ def test_requeue_clears_a_cancel_and_a_hold(store: Store, tmp_path: Path) -> Non
         message="cancelled",
         exit_code=143,
     )
-    again = store.requeue(job.id)
+    again = requeue(store, job.id)
     assert (again.cancel_requested, again.kill_deadline, again.held) == (False, None, False)
 
 
@@ -166,7 +178,7 @@ def test_only_a_finished_job_can_be_requeued(store: Store, tmp_path: Path) -> No
     store.start_attempt(running.id, {"slot": "cpu:0"}, tmp_path)
     for job_id, state in ((queued.id, "queued"), (running.id, "running")):
         with pytest.raises(InvalidTransition, match=f"is {state}"):
-            store.requeue(job_id)
+            requeue(store, job_id)
         assert store.job(job_id).state.value == state
 
 
@@ -258,5 +270,5 @@ def test_preempted_attempts_do_not_count_against_max_attempts(store: Store, tmp_
     fail_attempt(store, job.id, tmp_path, JobState.FAILED)
     failed = store.job(job.id)
     assert (failed.attempts, failed.preemptions, failed.attempts_since_requeue) == (2, 1, 1)
-    again = store.requeue(job.id)
+    again = requeue(store, job.id)
     assert (again.preemptions, again.attempts_since_requeue) == (0, 0)

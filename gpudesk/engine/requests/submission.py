@@ -21,7 +21,6 @@ from gpudesk.core.wire.requests import SubmitArgs
 from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.engine.store.database import Store
-from gpudesk.engine.store.schema import UnknownJob
 from gpudesk.policy import job_gates, user_limits
 from gpudesk.text import safe_text
 from gpudesk.tracking.available import missing_for
@@ -96,9 +95,8 @@ class SubmitRequests(Requests):
         return specs, base_env
 
     def _check_references(self, index: int, spec: JobSpec, known: set[int]) -> None:
-        """The jobs a job waits for exist (-k: the k-th job of this request, before it; an id
-        in `known` was found already), and its array's first job named as -k is one of this
-        request's, before it (`_check_arrays_continued` checks one named by its id)."""
+        """The jobs a job waits for exist (-k: the k-th job of this request, before it; those
+        in `known` were found), and its array's first job as -k is one of this request's."""
         for key, refs in (
             ("after", spec.after),
             ("after_any", spec.after_any),
@@ -120,41 +118,16 @@ class SubmitRequests(Requests):
             raise ProtocolError(protocol.INVALID_ARGS, problem)
 
     def _check_arrays_continued(self, specs: list[JobSpec], caller: Caller) -> None:
-        """Tasks whose array's first job is named by its id continue an array of an earlier
-        request (a submission too large for one, sent in parts: gpudesk.api.submit_parts):
-        that job must be the first of an array, the caller's own, with the same task limit."""
-        heads: dict[int, JobRecord] = {}
+        """Tasks naming their array's first job by its id continue an earlier request's array
+        (a submission sent in parts): `job_gates.continued_array_refusal` says which may."""
+        heads: dict[int, JobRecord | None] = {}
         for index, spec in enumerate(specs):
-            head_id = spec.array_job
-            if head_id is None or head_id < 0:
-                continue
-            where = f"jobs[{index}].array_job"
-            if head_id not in heads:
-                try:
-                    heads[head_id] = self.parts.store.job(head_id)
-                except UnknownJob:
-                    raise ProtocolError(
-                        protocol.UNKNOWN_JOB,
-                        f"{where}: there is no job {head_id} whose array to continue",
-                    ) from None
-            head = heads[head_id]
-            if head.owner.uid != caller.uid:
-                raise ProtocolError(
-                    protocol.REFUSED,
-                    f"{where}: job {head_id} is another user's; an array is continued only by "
-                    "its owner",
-                )
-            if head.spec.array_task is None or head.spec.array_job is not None:
-                raise ProtocolError(
-                    protocol.INVALID_ARGS,
-                    f"{where}: job {head_id} is not the first job of an array",
-                )
-            if head.spec.array_limit != spec.array_limit:
-                raise ProtocolError(
-                    protocol.INVALID_ARGS,
-                    f"{where}: job {head_id}'s array runs {_limit(head.spec.array_limit)}, this "
-                    f"task {_limit(spec.array_limit)}: an array has one limit",
-                )
+            if (head_id := spec.array_job) is not None and head_id > 0:
+                if head_id not in heads:
+                    heads[head_id] = next(iter(self.parts.store.jobs(ids=[head_id])), None)
+                refusal = job_gates.continued_array_refusal(index, spec, heads[head_id], caller.uid)
+                if refusal:
+                    raise ProtocolError(*refusal)
 
     @staticmethod
     def _check_one_place(specs: list[JobSpec]) -> None:
@@ -208,7 +181,3 @@ class SubmitRequests(Requests):
                     f"jobs[{index}] ({safe_text(spec.name)!r}).priority: {refusal} "
                     "Nothing was submitted.",
                 )
-
-
-def _limit(array_limit: int | None) -> str:
-    return "with no limit" if array_limit is None else f"at most {array_limit} at once"

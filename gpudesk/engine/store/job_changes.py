@@ -10,9 +10,8 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 
-from gpudesk.core.job_changes import CancelQueued, JobChange, Requeue, SetHeld
+from gpudesk.core.job_changes import CancelQueued, JobChange, SetHeld
 from gpudesk.core.jobs import InvalidTransition, JobState
-from gpudesk.core.records import JobRecord
 from gpudesk.engine.store.jobs import JobTables
 from gpudesk.text import safe_text
 
@@ -43,16 +42,6 @@ class JobChangeTables(JobTables):
                     errors.append(exc)
                 conn.execute("RELEASE job_change")
         return errors
-
-    def set_held(self, job_id: int, held: bool, now: float | None = None) -> JobRecord:
-        """Hold a queued job or release it; anything else raises InvalidTransition."""
-        self.change_jobs([SetHeld(self.job(job_id), held)], lambda _exc: False, now)
-        return self.job(job_id)
-
-    def requeue(self, job_id: int, now: float | None = None) -> JobRecord:
-        """Requeue a finished job; one that has not finished raises InvalidTransition."""
-        self.change_jobs([Requeue(self.job(job_id))], lambda _exc: False, now)
-        return self.job(job_id)
 
     def _write_change(self, conn: sqlite3.Connection, change: JobChange, now: float) -> None:
         job_id = change.job.id
