@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from store_fill import fill_jobs
+from test_job_control_store import requeue  # same folder: on sys.path under pytest
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.station import StationConfig
@@ -90,7 +91,7 @@ def test_archiving_goes_in_bounded_batches_and_leaves_the_live_listing(tmp_path:
     history = store.jobs_page(limit=2000, states=FINISHED, archived=True)
     assert [job.id for job in history.jobs] == old + recent
     assert store.archived_count() == len(old)
-    store.requeue(old[0])  # a job put back in the queue is live again
+    requeue(store, old[0])  # a job put back in the queue is live again
     assert old[0] in [job.id for job in store.jobs_page(limit=100, states=LIVE).jobs]
 
 
