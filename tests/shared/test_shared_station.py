@@ -292,3 +292,22 @@ def test_an_array_is_continued_by_its_owner_alone(station: Station) -> None:
     assert "is another user's; an array is continued only by its owner" in str(refused)
     task_id = station.submit("ada", task, hold=True)
     assert station.job(task_id)["user"] == station.users["ada"].name
+
+
+def test_one_request_naming_several_members_jobs_changes_only_the_callers(
+    station: Station,
+) -> None:
+    """Job control writes a request's station jobs in one transaction: the caller's rights are
+    still weighed job by job, so bob's request naming ada's jobs beside his own changes his."""
+    job = {"command": ["true"]}
+    adas = [station.submit("ada", {**job, "name": f"ada-{k}"}, hold=True) for k in range(2)]
+    bobs = [station.submit("bob", {**job, "name": f"bob-{k}"}, hold=True) for k in range(2)]
+    for op, his in (("release", bobs[0]), ("cancel", bobs[1])):
+        results = station.ok("bob", op, jobs=[adas[0], his, adas[1]])["results"]
+        assert [r["id"] for r in results] == [adas[0], his, adas[1]], results
+        assert [r["ok"] for r in results] == [False, True, False], results
+        assert all(station.users["ada"].name in r["outcome"] for r in results if not r["ok"])
+    assert [station.job(j)["state"] for j in adas] == ["queued", "queued"]
+    assert all(station.job(j)["held"] for j in adas)
+    assert station.job(bobs[1])["state"] == "cancelled"
+    station.wait_state(bobs[0], "succeeded")  # released: it ran
