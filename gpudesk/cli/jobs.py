@@ -17,12 +17,12 @@ from gpudesk.cli.common import (
     complete_job,
     complete_signal,
     fail,
-    owner_filter,
     print_json,
     target_cluster,
 )
 from gpudesk.cli.common import report_outcomes as _report_outcomes
 from gpudesk.cli.exit_codes import EXIT_TIMED_OUT, EXIT_USAGE
+from gpudesk.cli.job_picks import MePick, NamePick, UserPick, check_picks, picked_refs
 from gpudesk.cli.no_engine import acting_client, reading_client
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target
 from gpudesk.cli.queue_listing import DEFAULT_LIMIT, QueueOptions, list_queue
@@ -474,23 +474,18 @@ def wait(
 
 # ------------------------------------------------------------------- job control
 CANCEL_STATES = ("queued", "held", "running", "suspended")
+PICKED_JOBS = "Job ids or names (or pick them with the options)."
 
 
 @jobs_app.command()
 def cancel(
-    jobs: list[str] = typer.Argument(
-        None, help="Job ids or names (or pick them with the options).", autocompletion=complete_job
-    ),
+    jobs: list[str] = typer.Argument(None, help=PICKED_JOBS, autocompletion=complete_job),
     grace: float = typer.Option(
         10.0, "--grace", metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL."
     ),
-    user: str | None = typer.Option(
-        None, "--user", "-u", metavar="NAME", help="Every live job of this user (as scancel -u)."
-    ),
-    me: bool = typer.Option(False, "--me", help="Every live job of yours."),
-    name: str | None = typer.Option(
-        None, "--name", metavar="GLOB", help="Live jobs whose name matches (lr-*, as queue)."
-    ),
+    user: UserPick = None,
+    me: MePick = False,
+    name: NamePick = None,
     state: str | None = typer.Option(
         None,
         "--state",
@@ -515,19 +510,16 @@ def cancel(
 
     With --signal SIG, send SIG to the running jobs and leave them running: USR1, USR2, INT,
     TERM or HUP, the signals a job's wrapper outlives (a suspended job sees it when resumed)."""
-    picked = user is not None or me or name is not None or state is not None
-    if jobs and picked:
-        fail("name jobs or pick them with --user/--me/--name/--state, not both", EXIT_USAGE)
-    if not jobs and not picked:
-        fail("which jobs? name them, or pick them with --user/--me/--name/--state", EXIT_USAGE)
     if state is not None and state not in CANCEL_STATES:
         fail(
             f"--state: {quoted(state)} is not a live state; use {', '.join(CANCEL_STATES)}",
             EXIT_USAGE,
         )
+    check_picks(jobs, user, me, name, ("--state", state is not None))
     sent = _signal_name(signal) if signal is not None else None
+    states = None if state is None else (state,)
     with acting_client(list(jobs or [])) as client:
-        refs = list(jobs) if jobs else _picked_jobs(client, owner_filter(user, me), name, state)
+        refs = picked_refs(client, jobs, user=user, me=me, name=name, states=states)
         if not refs:
             print("no live job matches", file=sys.stderr)
             return
@@ -545,44 +537,48 @@ def _signal_name(signal: str) -> str:
         fail(f"--signal: {exc}", EXIT_USAGE)
 
 
-def _picked_jobs(
-    client: Client, owner: str | int | None, name: str | None, state: str | None
-) -> list[str]:
-    """The ids of the live jobs (queued, held, running) that `cancel`'s options pick."""
-    import fnmatch
-
-    listing = client.job_listing(states=["queued", "running"], user=owner)
-    return [
-        str(job.id)
-        for job in listing.jobs
-        if (name is None or fnmatch.fnmatchcase(job.name, name))
-        and (state is None or ("held" if job.held else job.state) == state)
-    ]
-
-
 @jobs_app.command()
 def hold(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
+    jobs: list[str] = typer.Argument(None, help=PICKED_JOBS, autocompletion=complete_job),
+    user: UserPick = None,
+    me: MePick = False,
+    name: NamePick = None,
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Hold queued jobs: they keep their place in the queue but do not start until released.
 
-    Exits 1 if a job could not be held (it is running or finished)."""
-    with acting_client(list(jobs)) as client:
-        results = client.hold(list(jobs))
+    Name them, or pick them as cancel does: --user/--me, --name GLOB (the queued jobs not held
+    that every one of them picks). Exits 1 if a job could not be held (running or finished)."""
+    check_picks(jobs, user, me, name)
+    with acting_client(list(jobs or [])) as client:
+        refs = picked_refs(client, jobs, user=user, me=me, name=name, states=("queued",))
+        if not refs:
+            print("no queued job matches", file=sys.stderr)
+            return
+        results = client.hold(refs)
     _report_outcomes(results, json_out)
 
 
 @jobs_app.command()
 def release(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
+    jobs: list[str] = typer.Argument(None, help=PICKED_JOBS, autocompletion=complete_job),
+    user: UserPick = None,
+    me: MePick = False,
+    name: NamePick = None,
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Release held jobs: they may start again, from the place in the queue they kept.
 
-    Exits 1 if a job could not be released (it is running or finished)."""
-    with acting_client(list(jobs)) as client:
-        results = client.release(list(jobs))
+    Name them, or pick them as cancel does: --user/--me, --name GLOB (the held jobs every one
+    of them picks: an array's, `--name 'NAME_*'`). Exits 1 if a job could not be released
+    (it is running or finished)."""
+    check_picks(jobs, user, me, name)
+    with acting_client(list(jobs or [])) as client:
+        refs = picked_refs(client, jobs, user=user, me=me, name=name, states=("held",))
+        if not refs:
+            print("no held job matches", file=sys.stderr)
+            return
+        results = client.release(refs)
     _report_outcomes(results, json_out)
 
 
