@@ -123,9 +123,10 @@ def history(
     if output is not None and output_format != "codecarbon":
         fail("--output appends to a codecarbon emissions.csv: add --format codecarbon", EXIT_USAGE)
     if output is not None:
-        from gpudesk.cli.report_file import gpudesk_homes, output_file_problem
+        from gpudesk.cli.report_file import gpudesk_homes, new_file_problem, output_file_problem
 
-        problem = output_file_problem(output, gpudesk_homes())
+        # its folder too, before the history is read (as --plot's): not at the write
+        problem = output_file_problem(output, gpudesk_homes()) or new_file_problem(output)
         if problem is not None:
             fail(f"--output: {problem}", EXIT_USAGE)
     target = plot_target(

@@ -115,3 +115,22 @@ def test_codecarbon_rows_carry_the_jobs_usage_at_the_stations_grid_code(
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     assert "does not have the columns of codecarbon 3.3.2's emissions.csv" in refused.stderr
     assert gpudesk("history", "-f", "csv", "-o", str(path)).returncode == 2
+
+
+def test_an_output_whose_folder_cannot_hold_it_is_refused_before_the_history_is_read(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """As --plot's: a folder that is missing, a file or a link loop is said at once (exit 2),
+    not after the history was read and its rows made."""
+    (tmp_path / "file").write_text("")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for folder, says in (
+        ("missing", "does not exist; make it first (mkdir -p)"),
+        ("file", "is a regular file, not a folder"),
+        ("loop", "a loop"),
+    ):
+        target = tmp_path / folder / "emissions.csv"
+        done = gpudesk("history", "--format", "codecarbon", "--output", str(target))
+        assert done.returncode == 2 and done.stdout == "", (folder, done.stderr)
+        assert done.stderr.startswith("error: --output: ") and says in done.stderr, done.stderr
+        assert not target.exists()
