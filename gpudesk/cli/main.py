@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from gpudesk.cli.common import CliError, reflow_help
-from gpudesk.cli.empty_paths import refuse_empty_paths
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from gpudesk.cli.failures import reported_failures
-from gpudesk.cli.finite_numbers import refuse_non_finite
 from gpudesk.cli.first_answers import ROOT_HELP, version_text
+from gpudesk.cli.param_rules import apply_rules
 from gpudesk.cli.plain_help import plain_help
 from gpudesk.text import printable_message
 
@@ -269,8 +268,7 @@ def main(argv: list[str] | None = None) -> None:
             named = args[0] if modules is not None and args else None
             # built once: the config check reads it too
             command = typer.main.get_command(build_app(modules, named))
-            refuse_non_finite(command)
-            refuse_empty_paths(command)
+            apply_rules(command)  # NaN and infinity, an empty path (cli/param_rules.py)
             defaults = _user_defaults(command, partial=modules is not None)
             if args in ROOT_HELP:
                 _print_root_help(command, defaults)

@@ -1,7 +1,7 @@
 """An empty path (`"$DIR"` with DIR unset) is a usage error, never the current folder: Python
 reads `Path("")` as `.`, so `simulate --truth ''` said "cannot read .: Is a directory",
 `export slurm P ''` wrote into the current folder (or refused it as "not empty"), `engine
-print-unit --state-dir ''` printed a unit whose state folder was `.` (gpudesk.cli.empty_paths).
+print-unit --state-dir ''` printed a unit whose state folder was `.` (gpudesk.cli.param_rules).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import typer.main
 
-from gpudesk.cli.empty_paths import PATH_TYPE_NAME, refuse_empty_paths
 from gpudesk.cli.main import _click_error, build_app
+from gpudesk.cli.param_rules import PATH_TYPE_NAME, apply_rules
 from gpudesk.paths import Home
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def path_params(command: Any, path: str = "gpudesk") -> list[tuple[str, Any]]:
 def test_every_path_parameter_of_the_tree_refuses_an_empty_value() -> None:
     """Walked over the whole tree, so that a path option added later is held to it too."""
     command = typer.main.get_command(build_app())
-    refuse_empty_paths(command)
+    apply_rules(command)
     params = path_params(command)
     assert len(params) >= 14, params  # --truth, --report, --out, DIR, --workdir, ...
     bad_parameter = _click_error("BadParameter")

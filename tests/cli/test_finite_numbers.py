@@ -1,4 +1,4 @@
-"""Every float option refuses NaN and infinity (gpudesk.cli.finite_numbers): click reads `nan`,
+"""Every float option refuses NaN and infinity (gpudesk.cli.param_rules): click reads `nan`,
 `inf` and `1e400` as floats, and its range check lets NaN through."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 import typer.main
 from conftest import refuses
 
-from gpudesk.cli.finite_numbers import FLOAT_TYPE_NAMES, refuse_non_finite
 from gpudesk.cli.main import _click_error, build_app
+from gpudesk.cli.param_rules import FLOAT_TYPE_NAMES, apply_rules
 
 
 def gpudesk(tmp_path: Path, argv: list[str], config: str) -> subprocess.CompletedProcess[str]:
@@ -43,7 +43,7 @@ def float_options(command: Any, path: str = "gpudesk") -> list[tuple[str, Any]]:
 def test_every_float_option_of_the_tree_refuses_nan_and_infinity() -> None:
     """Walked over the whole tree, so that an option added later is held to it too."""
     command = typer.main.get_command(build_app())
-    refuse_non_finite(command)
+    apply_rules(command)
     options = float_options(command)
     assert len(options) >= 10, options  # --refresh, --mem, --timeout, --interval, ...
     bad_parameter = _click_error("BadParameter")
@@ -57,7 +57,7 @@ def test_every_float_option_of_the_tree_refuses_nan_and_infinity() -> None:
 def test_a_range_still_shows_in_the_help_and_click_float_is_left_as_it_was() -> None:
     command = typer.main.get_command(build_app())
     untouched = next(p for _, p in float_options(command) if p.type.name == "float").type
-    refuse_non_finite(command)
+    apply_rules(command)
     assert untouched.convert("nan", None, None) != untouched.convert("nan", None, None)  # NaN
     top = command.commands["top"]
     ctx = top.make_context("top", [], resilient_parsing=True)
