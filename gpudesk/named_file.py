@@ -18,8 +18,10 @@ it alike.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
+from typing import Any
 
 from gpudesk.units import exact_byte_size
 
@@ -55,6 +57,33 @@ def read_named(path: str | os.PathLike[str], limit: int, kind: str) -> bytes:
     if len(data) > limit:
         raise FileTooLarge(f"it holds more than {exact_byte_size(limit)}, the most {kind} may be")
     return bytes(data)
+
+
+def read_named_json(
+    path: str | os.PathLike[str],
+    limit: int,
+    kind: str,
+    *,
+    called: str = "",
+    json_kind: str = "JSON",
+) -> Any:
+    """The JSON value in `path` (`read_named`'s way: at most `limit` bytes). Raises ValueError,
+    one sentence: "cannot read {called}{path}: …" (missing, a folder, too large, a FIFO that gave
+    nothing), or "{path} is not {json_kind}: …" (not UTF-8, saying where; not JSON). `kind`
+    names the file in both ("a trace")."""
+    try:
+        return json.loads(read_named(path, limit, kind))
+    except OSError as exc:
+        raise ValueError(f"cannot read {called}{path}: {exc.strerror or exc}") from None
+    except FileTooLarge as exc:
+        raise ValueError(f"cannot read {called}{path}: {exc}") from None
+    except UnicodeDecodeError as exc:  # JSON is UTF-8 (json also reads UTF-16 and -32)
+        raise ValueError(
+            f"{path} is not {json_kind}: {not_utf8(exc)} is not UTF-8, and {kind} is UTF-8 "
+            "text; save it as UTF-8"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not {json_kind}: {exc}") from None
 
 
 def too_large(size: int, limit: int, kind: str) -> str:

@@ -5,13 +5,12 @@ params file (`gpudesk calibrate`'s, a simulation's truth) read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from math import inf
 from pathlib import Path
 
-from gpudesk.named_file import FileTooLarge, not_utf8, read_named
+from gpudesk.named_file import read_named_json
 
 
 @dataclass(frozen=True)
@@ -103,18 +102,9 @@ def params_from_json(data: object, where: str, base: ModelParams | None = None) 
 def load_params_file(path: str | Path, where: str, base: ModelParams | None = None) -> ModelParams:
     """`params_from_json` of a file. Raises ValueError: unreadable, not JSON, bad keys."""
     try:
-        data = json.loads(read_named(path, MAX_PARAMS_BYTES, "a parameters file"))
-    except OSError as exc:
-        raise ValueError(f"{where}: cannot read {path}: {exc.strerror or exc}") from None
-    except FileTooLarge as exc:
-        raise ValueError(f"{where}: cannot read {path}: {exc}") from None
-    except UnicodeDecodeError as exc:  # JSON is UTF-8 (json also reads UTF-16 and -32)
-        raise ValueError(
-            f"{where}: {path} is not JSON: {not_utf8(exc)} is not UTF-8, and a parameters file "
-            "is UTF-8 text; save it as UTF-8"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: {path} is not JSON: {exc}") from None
+        data = read_named_json(path, MAX_PARAMS_BYTES, "a parameters file")
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
     return params_from_json(data, f"{where} {path}", base)
 
 

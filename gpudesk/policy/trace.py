@@ -5,7 +5,6 @@ simulated station starts with (`parse_mig`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,7 +32,7 @@ from gpudesk.core.mig_profiles import (
     simulated_profiles,
 )
 from gpudesk.examples import bundled
-from gpudesk.named_file import FileTooLarge, not_utf8, read_named
+from gpudesk.named_file import read_named_json
 from gpudesk.policy.interference import ModelParams, load_params_file
 from gpudesk.units import MIB_PER_GB
 
@@ -188,18 +187,11 @@ def load_trace(path: str | Path) -> Trace:
     # bundled copy when no such file is here.
     path = bundled(path, "traces") or path
     try:
-        data = json.loads(read_named(path, MAX_TRACE_BYTES, "a trace"))
-    except OSError as exc:
-        raise TraceError(f"cannot read the trace {path}: {exc.strerror or exc}") from None
-    except FileTooLarge as exc:
-        raise TraceError(f"cannot read the trace {path}: {exc}") from None
-    except UnicodeDecodeError as exc:  # JSON is UTF-8 (json also reads UTF-16 and -32)
-        raise TraceError(
-            f"{path} is not a JSON trace: {not_utf8(exc)} is not UTF-8, and a trace is UTF-8 "
-            "text; save it as UTF-8"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{path} is not a JSON trace: {exc}") from None
+        data = read_named_json(
+            path, MAX_TRACE_BYTES, "a trace", called="the trace ", json_kind="a JSON trace"
+        )
+    except ValueError as exc:
+        raise TraceError(str(exc)) from None
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
         raise TraceError(f'{path}: expected an object with a non-empty "jobs" list')
     try:
