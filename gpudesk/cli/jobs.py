@@ -549,14 +549,7 @@ def hold(
 
     Name them, or pick them as cancel does: --user/--me, --name GLOB (the queued jobs not held
     that every one of them picks). Exits 1 if a job could not be held (running or finished)."""
-    check_picks(jobs, user, me, name)
-    with acting_client(list(jobs or [])) as client:
-        refs = picked_refs(client, jobs, user=user, me=me, name=name, states=("queued",))
-        if not refs:
-            print("no queued job matches", file=sys.stderr)
-            return
-        results = client.hold(refs)
-    _report_outcomes(results, json_out)
+    _hold_or_release("hold", jobs, user, me, name, json_out)
 
 
 @jobs_app.command()
@@ -572,13 +565,21 @@ def release(
     Name them, or pick them as cancel does: --user/--me, --name GLOB (the held jobs every one
     of them picks: an array's, `--name 'NAME_*'`). Exits 1 if a job could not be released
     (it is running or finished)."""
+    _hold_or_release("release", jobs, user, me, name, json_out)
+
+
+def _hold_or_release(
+    op: str, jobs: list[str] | None, user: str | None, me: bool, name: str | None, json_out: bool
+) -> None:
+    """`hold` (among the queued jobs not held) or `release` (among the held ones)."""
+    picks = "queued" if op == "hold" else "held"
     check_picks(jobs, user, me, name)
     with acting_client(list(jobs or [])) as client:
-        refs = picked_refs(client, jobs, user=user, me=me, name=name, states=("held",))
+        refs = picked_refs(client, jobs, user=user, me=me, name=name, states=(picks,))
         if not refs:
-            print("no held job matches", file=sys.stderr)
+            print(f"no {picks} job matches", file=sys.stderr)
             return
-        results = client.release(refs)
+        results = client.hold(refs) if op == "hold" else client.release(refs)
     _report_outcomes(results, json_out)
 
 
