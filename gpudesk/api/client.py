@@ -328,13 +328,12 @@ class Client:
         except EngineError as exc:
             # more than one request holds (refused whole, nothing queued): in parts that
             # start as one, where its jobs are many rather than each large
-            from gpudesk.api.submit_parts import in_parts
+            from gpudesk.api.submit_parts import parts_for, submit_in_parts
 
-            if exc.code != TOO_LARGE or not in_parts(args.jobs, args.env):
+            parts = parts_for(args.jobs, args.env) if exc.code == TOO_LARGE else None
+            if parts is None:
                 raise
-        from gpudesk.api.submit_parts import submit_in_parts
-
-        return submit_in_parts(self, args.jobs, args.env, hold=hold)
+        return submit_in_parts(self, args.jobs, args.env, hold=hold, parts=parts)
 
     def check_submit(self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None) -> bool:
         """Whether the engine would accept these jobs, queueing nothing: raises the EngineError
@@ -345,12 +344,12 @@ class Client:
         except EngineError as exc:
             if exc.code == UNKNOWN_OP:
                 return False
-            from gpudesk.api.submit_parts import check_in_parts, in_parts
+            from gpudesk.api.submit_parts import check_in_parts, parts_for
 
-            if exc.code != TOO_LARGE or not in_parts(args.jobs, args.env):
+            parts = parts_for(args.jobs, args.env) if exc.code == TOO_LARGE else None
+            if parts is None:
                 raise
-
-            check_in_parts(self, args.jobs, args.env)
+            check_in_parts(self, args.jobs, args.env, parts)
         return True
 
     @staticmethod

@@ -52,28 +52,35 @@ def _cost(job: Job) -> tuple[int, int]:
     return len(raw) + 2, json_values(raw) + 1
 
 
-def ordinary(jobs: Sequence[Job]) -> bool:
-    """Whether no job is large enough to be the problem itself (`JOB_SHARE_OF_REQUEST`)."""
+def parts_for(jobs: Sequence[Job], env: dict[str, str] | None) -> list[range] | None:
+    """The parts a submission the engine refused as too large for one request goes in; None
+    where it does not go in parts: one job, a job large enough to be the problem itself
+    (`JOB_SHARE_OF_REQUEST`), or a whole that fits one request after all. Each job is encoded
+    once, here."""
+    if len(jobs) < 2:
+        return None
+    costs = [_cost(job) for job in jobs]
     most_bytes = protocol.MAX_MESSAGE_BYTES * JOB_SHARE_OF_REQUEST
     most_values = protocol.MAX_REQUEST_VALUES * JOB_SHARE_OF_REQUEST
-    return all(b <= most_bytes and v <= most_values for b, v in map(_cost, jobs))
-
-
-def in_parts(jobs: Sequence[Job], env: dict[str, str] | None) -> bool:
-    """Whether a submission the engine refused as too large for one request goes in parts: its
-    jobs are ordinary ones (`ordinary`) and more than one request's worth of them."""
-    return len(jobs) > 1 and ordinary(jobs) and len(plan_parts(jobs, env)) > 1
+    if any(b > most_bytes or v > most_values for b, v in costs):
+        return None
+    parts = _plan(costs, env)
+    return parts if len(parts) > 1 else None
 
 
 def plan_parts(jobs: Sequence[Job], env: dict[str, str] | None) -> list[range]:
     """The submission cut into runs of jobs, each of whose request is within the engine's
     limits (a job too large alone is a part of its own, which the engine refuses as before)."""
+    return _plan([_cost(job) for job in jobs], env)
+
+
+def _plan(costs: Sequence[tuple[int, int]], env: dict[str, str] | None) -> list[range]:
+    """`plan_parts` of the jobs' costs (`_cost`)."""
     envelope = Request(op="submit", args={"jobs": [], "env": env, "hold": True}, id=2**31).encode()
     base_bytes, base_values = len(envelope), json_values(envelope)
     parts: list[range] = []
     start, size, values = 0, base_bytes, base_values
-    for index, job in enumerate(jobs):
-        job_bytes, job_values = _cost(job)
+    for index, (job_bytes, job_values) in enumerate(costs):
         full = (
             size + job_bytes > protocol.MAX_MESSAGE_BYTES
             or values + job_values > protocol.MAX_REQUEST_VALUES
@@ -83,7 +90,7 @@ def plan_parts(jobs: Sequence[Job], env: dict[str, str] | None) -> list[range]:
             parts.append(range(start, index))
             start, size, values = index, base_bytes, base_values
         size, values = size + job_bytes, values + job_values
-    parts.append(range(start, len(jobs)))
+    parts.append(range(start, len(costs)))
     return parts
 
 
@@ -161,11 +168,16 @@ def _withdrawn(client: Client, ids: Sequence[int]) -> str:
 
 
 def submit_in_parts(
-    client: Client, jobs: Sequence[Job], env: dict[str, str] | None, *, hold: bool
+    client: Client,
+    jobs: Sequence[Job],
+    env: dict[str, str] | None,
+    *,
+    hold: bool,
+    parts: Sequence[range] | None = None,
 ) -> SubmitResult:
-    """Queue `jobs` in parts (`plan_parts`), all or none; released once all are in, unless
-    `hold` (the submitter asked for them held)."""
-    parts = plan_parts(jobs, env)
+    """Queue `jobs` in `parts` (default: `plan_parts`), all or none; released once all are in,
+    unless `hold` (the submitter asked for them held)."""
+    parts = plan_parts(jobs, env) if parts is None else parts
     cluster = next((job["cluster"] for job in jobs if job.get("cluster")), None)
     if cluster is not None:
         raise EngineError(
@@ -214,11 +226,13 @@ def _release(client: Client, ids: Sequence[int]) -> None:
         )
 
 
-def check_in_parts(client: Client, jobs: Sequence[Job], env: dict[str, str] | None) -> None:
+def check_in_parts(
+    client: Client, jobs: Sequence[Job], env: dict[str, str] | None, parts: Sequence[range]
+) -> None:
     """`check_submit` of a submission too large for one request, part by part. A part's check
     cannot name the jobs of the parts before it (none is queued): those references, which the
     profile's reading already checked, are left out of it."""
-    for part in plan_parts(jobs, env):
+    for part in parts:
         try:
             client.call(SubmitResult, "check_submit", jobs=part_jobs(jobs, part, None), env=env)
         except EngineError as exc:
