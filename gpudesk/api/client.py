@@ -422,34 +422,20 @@ class Client:
         more = False
         simulated: str | None = None
         drain: DrainView | None = None
+        from gpudesk.api.page_run import PageRun
+
         for chunk in chunks:
-            if limit is None:  # oldest first, page after page
-                after: int | None = None
-                while True:
-                    page = self.jobs_page(ids=chunk, after_id=after, **filters)
-                    jobs += page.jobs
-                    damaged += page.damaged
-                    simulated, drain = page.simulated, page.drain
-                    if not page.more or page.after_id is None:
-                        break
-                    after = page.after_id
-            else:  # newest first until `limit` are kept (damaged rows count: they were there)
-                pages: list[list[JobView]] = []
-                before: int | None = None
-                left = limit
-                while True:  # a limit below 1 is the engine's to refuse (invalid_args)
-                    page = self.jobs_page(ids=chunk, limit=left, before_id=before, **filters)
-                    pages.append(page.jobs)
-                    damaged += page.damaged
-                    simulated, drain = page.simulated, page.drain
-                    left -= len(page.jobs) + len(page.damaged)
-                    if not page.more or page.before_id is None:
-                        break
-                    if left <= 0:
-                        more = True
-                        break
-                    before = page.before_id
-                jobs += [job for found in reversed(pages) for job in found]
+            # oldest first, page after page; or newest first until `limit` are kept
+            run = PageRun(self, limit=limit, newest_first=limit is not None, ids=chunk, **filters)
+            pages = []
+            for page in run:
+                pages.append(page.jobs)
+                damaged += page.damaged
+                simulated, drain = page.simulated, page.drain
+            more = more or run.more
+            jobs += [
+                job for found in (reversed(pages) if run.newest_first else pages) for job in found
+            ]
         if len(chunks) > 1:
             jobs.sort(key=lambda job: job.id)
             if limit is not None and len(jobs) > limit:

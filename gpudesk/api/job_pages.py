@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from gpudesk.api.models import DamagedJob, JobList, JobStateName
+from gpudesk.api.page_run import PageRun
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -57,47 +58,18 @@ class JobPages:
             self.newest_first = counted.total is None or counted.total > limit
 
     def __iter__(self) -> Iterator[JobList]:
-        return _read_ahead(self._newest_first() if self.newest_first else self._oldest_first())
-
-    def _oldest_first(self) -> Iterator[JobList]:
-        # after_id 0 (no job's id): oldest first even with a limit, which alone means newest
-        after: int | None = None if self.limit is None else 0
-        left = self.limit
-        while True:
-            page = self.client.jobs_page(
-                limit=left, after_id=after, usage=self.usage, **self.filters
-            )
-            yield self._seen(page)
-            if left is not None:
-                left -= len(page.jobs) + len(page.damaged)
-            if not page.more or page.after_id is None:
-                return
-            if left is not None and left <= 0:  # more finished since the count
-                self.more = True
-                return
-            after = page.after_id
-
-    def _newest_first(self) -> Iterator[JobList]:
-        assert self.limit is not None
-        before: int | None = None
-        left = self.limit
-        while True:  # a limit below 1 is the engine's to refuse (invalid_args)
-            page = self.client.jobs_page(
-                limit=left, before_id=before, usage=self.usage, **self.filters
-            )
-            yield self._seen(page)
-            left -= len(page.jobs) + len(page.damaged)
-            if not page.more or page.before_id is None:
-                return
-            if left <= 0:
-                self.more = True
-                return
-            before = page.before_id
-
-    def _seen(self, page: JobList) -> JobList:
-        self.damaged += page.damaged
-        self.simulated = page.simulated
-        return page
+        run = PageRun(
+            self.client,
+            limit=self.limit,
+            newest_first=self.newest_first,
+            usage=self.usage,
+            **self.filters,
+        )
+        for page in _read_ahead(iter(run)):
+            self.damaged += page.damaged
+            self.simulated = page.simulated
+            yield page
+        self.more = run.more
 
 
 _END = object()
