@@ -37,7 +37,7 @@ class Drain:
             return False
         self.state = DrainView(by=caller.name, uid=caller.uid, since=time.time(), reason=reason)
         self.store.set_setting(DRAIN_SETTING, msgspec.to_builtins(self.state))
-        self._say(f"station: drained by {caller.name}" + (f": {reason}" if reason else ""))
+        self._say(f"station: {self.state.line()}")  # one line: the reason spelled out
         return True
 
     def undrain(self, caller: Caller) -> DrainView | None:

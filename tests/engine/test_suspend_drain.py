@@ -274,3 +274,27 @@ def test_the_commands_say_what_they_did_and_queue_and_top_show_it(
     assert "DRAINED" not in gpudesk("queue").stdout + gpudesk("engine", "status").stdout
     engine.api.cancel([job_id], grace=5)
     engine.wait_state(job_id, "cancelled")
+
+
+def test_a_drain_reason_with_a_newline_or_an_escape_stays_on_its_one_line(
+    engine: EngineHandle,
+) -> None:
+    """An admin's reason is shown on one line by `drain`, `queue`, `top` and `engine status`:
+    a newline in it would split the DRAINED line (top's layout with it), an escape would
+    reach the terminal. Both are spelled out."""
+    drained = gpudesk("drain", "--reason", "swap the PSU\nthen \x1b[2Jreboot")
+    assert drained.returncode == 0, drained
+    said = {
+        "drain": drained.stdout,
+        "queue": gpudesk("queue").stdout,
+        "top": gpudesk("top", "--once").stdout,
+        "status": gpudesk("engine", "status").stdout,
+    }
+    for command, out in said.items():
+        line = next(line for line in out.splitlines() if "drained by" in line)
+        # top cuts its lines at the terminal's width: the rest of the reason is past it
+        whole = "(swap the PSU\\x0athen \\x1b[2Jreboot)"
+        assert whole in line if command != "top" else "(swap the PSU\\x0" in line, (command, out)
+        assert not any(line.startswith("then") for line in out.splitlines()), (command, out)
+        assert "\x1b" not in out, (command, out)
+    assert gpudesk("undrain").returncode == 0

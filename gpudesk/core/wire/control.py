@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from gpudesk.core.wire.base import WireModel
+from gpudesk.text import printable_line
 
 
 class DrainView(WireModel, frozen=True):
@@ -18,9 +19,12 @@ class DrainView(WireModel, frozen=True):
     reason: str | None = None
 
     def line(self) -> str:
-        """`drained by ada since 2026-12-01 14:02 (swap a PSU)`."""
+        """`drained by ada since 2026-12-01 14:02 (swap a PSU)`: one line, wherever it is shown
+        (`queue`, `top`, `engine status`), so a newline or an escape in the admin's reason is
+        spelled out (`\\x0a`) rather than breaking the line or the terminal."""
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.since))
-        return f"drained by {self.by} since {when}" + (f" ({self.reason})" if self.reason else "")
+        reason = f" ({printable_line(self.reason)})" if self.reason else ""
+        return f"drained by {printable_line(self.by)} since {when}{reason}"
 
 
 class DrainResult(WireModel, frozen=True):
