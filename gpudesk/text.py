@@ -29,6 +29,7 @@ is spelled out by `printable_line`.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -164,6 +165,58 @@ def is_os_text(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def json_text(
+    value: Any,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    """`value` as JSON text for people and programs to read (every `--json`, `--format json`
+    and JSON report file): what `json.dumps(value, indent=..., separators=..., sort_keys=...,
+    default=str)` writes (ASCII: other characters as `\\u00e9` escapes), but JSON that every
+    reader takes as it is. A lone surrogate, which `json.dumps` writes as a `\\udcff` escape
+    that stands for no character (msgspec and serde_json refuse the whole document, jq and Go
+    read U+FFFD and lose the byte), is spelled out as `safe_text` does: a non-UTF-8 byte of a
+    path or an argument is the text `\\xff`. A float
+    that is NaN or infinite is null, as in `json_bytes`. A value JSON has no type for (a path,
+    a date) is its `str`, spelled out the same way. Valid text is written as json.dumps writes
+    it, byte for byte: only a `\\ud` in the text (a surrogate pair, a character beyond U+FFFF,
+    looks the same) makes it look closer, and spelling valid text changes nothing."""
+    if indent is None and separators is None and not sort_keys:
+        encoder = _COMPACT  # each value of `history --format json`: kept at hand
+    else:
+        encoder = _ascii_encoder(indent, separators, sort_keys)
+    try:
+        text = encoder.encode(value)
+    except ValueError:  # NaN or an infinity
+        return encoder.encode(_safe_tree(value))
+    if "\\ud" not in text:
+        return text
+    return encoder.encode(_safe_tree(value))
+
+
+@functools.cache
+def _ascii_encoder(
+    indent: int | None, separators: tuple[str, str] | None, sort_keys: bool = False
+) -> json.JSONEncoder:
+    """One encoder for each layout, kept: making one is most of the time `json.dumps` takes to
+    write a number (`history --format json` writes each value alone)."""
+    return json.JSONEncoder(
+        indent=indent,
+        separators=separators,
+        sort_keys=sort_keys,
+        default=_spelled_str,
+        allow_nan=False,
+    )
+
+
+def _spelled_str(value: object) -> str:
+    return safe_text(str(value))
+
+
+_COMPACT = _ascii_encoder(None, None)
 
 
 def json_bytes(value: Any) -> bytes:

@@ -11,7 +11,7 @@ import json
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
-from gpudesk.text import quoted
+from gpudesk.text import json_text, quoted
 
 if TYPE_CHECKING:
     import typer
@@ -56,7 +56,8 @@ def simulated_banner(backend: str) -> str:
 
 
 def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, default=str))
+    """A command's `--json` output: JSON a strict reader accepts (`gpudesk.text.json_text`)."""
+    print(json_text(data, indent=2))
 
 
 def complete_signal(incomplete: str) -> list[str]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudesk.cli.common import simulated_banner
 from gpudesk.cli.job_extras_view import comment_text
+from gpudesk.text import json_text
 
 if TYPE_CHECKING:
     from gpudesk.api.models import JobView
@@ -235,9 +235,9 @@ class CsvOutput(HistoryOutput):
 
 
 class JsonOutput(HistoryOutput):
-    """`{"jobs": [...], "simulated": ...}` as `print_json` writes it (json.dumps, indent 2), a
+    """`{"jobs": [...], "simulated": ...}` as `print_json` writes it (`json_text`, indent 2), a
     job at a time. A row's values are all plain (numbers, text, None), each written as
-    json.dumps writes it alone: indented, json.dumps writes them the same, in pure Python
+    json_text writes it alone: indented, json_text writes them the same, in pure Python
     (an eighth of the speed)."""
 
     def __init__(self, newest_first: bool) -> None:
@@ -255,18 +255,16 @@ class JsonOutput(HistoryOutput):
     def finish(self, simulated: str | None) -> None:
         super().finish(simulated)
         sys.stdout.write("\n  ],\n" if self._started else '{\n  "jobs": [],\n')
-        sys.stdout.write(f'  "simulated": {json.dumps(simulated, default=str)}\n}}\n')
+        sys.stdout.write(f'  "simulated": {json_text(simulated)}\n}}\n')
 
 
-_JSON_KEYS = tuple((json.dumps(name), name) for name in FIELDS)
-# json.dumps(value, default=str) without a new encoder made for each value (most of its time)
-_json_value = json.JSONEncoder(default=str).encode
+_JSON_KEYS = tuple((json_text(name), name) for name in FIELDS)
 
 
 def _json_object(row: HistoryRow) -> str:
     """The row as an item of the "jobs" list, two levels in (4 spaces; its fields 6)."""
     members = ",\n".join(
-        f"      {key}: {_json_value(getattr(row, name))}" for key, name in _JSON_KEYS
+        f"      {key}: {json_text(getattr(row, name))}" for key, name in _JSON_KEYS
     )
     return "    {\n" + members + "\n    }"
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,7 +9,7 @@ import typer
 
 from gpudesk.cli.common import factory_kwargs, fail
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
-from gpudesk.text import quoted
+from gpudesk.text import json_text, quoted
 
 if TYPE_CHECKING:
     from gpudesk.loader.producer_config import ProducerConfig
@@ -142,8 +140,7 @@ def status_command(
 
     loaders = collect(name)
     if as_json:
-        json.dump({"loaders": loaders}, sys.stdout, indent=2)
-        print()
+        print(json_text({"loaders": loaders}, indent=2))
         return
     if not loaders:
         print("no shared loaders are running" + (f" named {quoted(name)}" if name else ""))

@@ -7,7 +7,6 @@ Progress is gpudesk.cli.run_progress's: a live table on a terminal, plain lines 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -37,7 +36,7 @@ from gpudesk.hw.telemetry.energy import summarize
 from gpudesk.profile import Profile, ReportConfig
 from gpudesk.results import Best, best, read_metrics
 from gpudesk.selection.cache import SelectionCache
-from gpudesk.text import printable_line, quoted
+from gpudesk.text import json_text, printable_line, quoted
 from gpudesk.units import watt_hours
 
 REFRESH_S = 0.5  # refresh at least this often even without events
@@ -561,7 +560,7 @@ def write_report(report: RunReport, path: Path) -> None:
     from gpudesk.cli.report_file import write_atomically
 
     if path.suffix == ".json":
-        text = json.dumps(report.to_dict(), indent=2) + "\n"
+        text = json_text(report.to_dict(), indent=2) + "\n"
     else:
         text = report.text() + "\n"
     write_atomically(path, text)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -14,7 +13,7 @@ import typer
 from gpudesk.cli.common import engine_client, factory_kwargs, fail
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target
-from gpudesk.text import printable_line, unsafe_char
+from gpudesk.text import json_text, printable_line, unsafe_char
 
 if TYPE_CHECKING:
     pass
@@ -207,7 +206,7 @@ def run_command(
     about = selection.describe()
     result = {"dataset": settings["factory"], "fingerprint": selection.fingerprint, **about}
     if as_json:
-        print(json.dumps(result, separators=(",", ":")))
+        print(json_text(result, separators=(",", ":")))
         return
     how = (
         "no pre-pass"
@@ -248,7 +247,7 @@ def presets_command(
         for m in METHODS
     ]
     if as_json:
-        print(json.dumps({"presets": rows, "quotas": QUOTAS_NOTE}, indent=2))
+        print(json_text({"presets": rows, "quotas": QUOTAS_NOTE}, indent=2))
         return
     width = max(40, min(100, shutil.get_terminal_size().columns) - 2)
     for row in rows:
@@ -289,7 +288,7 @@ def list_command(
         for e in entries
     ]
     if as_json:
-        print(json.dumps({"entries": rows}, indent=2))
+        print(json_text({"entries": rows}, indent=2))
         return
     if not rows:
         print("the selection cache is empty (`gpudesk select run` fills it)")
@@ -378,7 +377,7 @@ def show_command(
     chosen = f"{entry.method}-{percent}" if percent is not None else preset
     positions, kept = add_kept(data, cache, entry, chosen, as_json)
     if as_json:
-        print(json.dumps(data, indent=2))
+        print(json_text(data, indent=2))
         return
     print_entry(entry, data, positions, kept)
 

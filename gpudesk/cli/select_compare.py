@@ -5,7 +5,6 @@ engine one at a time, and the report written (--out), printed (tables or JSON) a
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ import typer
 from gpudesk.cli.common import engine_client, fail
 from gpudesk.cli.exit_codes import EXIT_INTERRUPTED, EXIT_USAGE
 from gpudesk.cli.plot_output import write_plot
+from gpudesk.text import json_text
 
 if TYPE_CHECKING:
     from gpudesk.api.models import StationInfo
@@ -110,7 +110,7 @@ def report(
         from gpudesk.cli.report_file import write_atomically
 
         try:
-            write_atomically(out, json.dumps(report, indent=2) + "\n")
+            write_atomically(out, json_text(report, indent=2) + "\n")
         except OSError as exc:
             from gpudesk.text import printable_line
 
@@ -118,7 +118,7 @@ def report(
             print(f"error: could not write {shown}: {exc.strerror or exc}", file=sys.stderr)
             problems.append(f"--out {shown} was not written ({exc.strerror or exc})")
     if as_json:
-        print(json.dumps(report, indent=2))
+        print(json_text(report, indent=2))
     else:
         print(compare_report.render_header(chosen, station))
         print(compare_report.render_quality(rows, metric))

@@ -11,7 +11,6 @@ rule, the one a loader's cache hit goes through.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from gpudesk.selection.apply import DatasetIndex
 from gpudesk.selection.cache import INDEX_DIR, Entry, SelectionCache
 from gpudesk.selection.prepass import entry_selection
 from gpudesk.selection.preset_names import PresetError, parse_preset
+from gpudesk.text import json_text
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class DatasetPositions:
                 "dataset positions"
             )
         text = (
-            f"dataset positions of {self.factory}({json.dumps(self.kwargs, sort_keys=True)}), "
+            f"dataset positions of {self.factory}({json_text(self.kwargs, sort_keys=True)}), "
             "through its index under selection/datasets/"
         )
         if self.also:

@@ -18,7 +18,6 @@ from `EngineSummary`.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import select
@@ -33,6 +32,7 @@ from gpudesk import render
 from gpudesk.api.connection import engine_pid
 from gpudesk.core.station import StationConfig
 from gpudesk.paths import Home
+from gpudesk.text import json_text
 from gpudesk.units import MIB_PER_GIB, watt_hours
 
 DIRECT_WINDOW_S = 0.12  # GPM (>= 0.1 s apart), CPU % and energy all need two readings
@@ -516,7 +516,7 @@ def run_top(
             view = take_view(source, fresh=True)
             _check_backend(source)
             if as_json:
-                print(json.dumps(view, indent=2), file=out)
+                print(json_text(view, indent=2), file=out)
             else:
                 print(render_frame(view), file=out)
             return
