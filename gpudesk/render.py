@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpudesk.text import printable, printable_line
-from gpudesk.units import watt_hours
+from gpudesk.units import seconds, watt_hours
 
 if TYPE_CHECKING:
     from gpudesk.api.models import LoaderOrphan, RemainingView
@@ -39,7 +39,7 @@ def orphaned(orphan: LoaderOrphan, now: float) -> str:
     stops = (
         f"it stops in {duration(orphan.stops_at - now)} unless a consumer connects"
         if orphan.stops_at is not None
-        else f"it stops {orphan.grace_s:.0f} s after its last consumer leaves"
+        else f"it stops {seconds(orphan.grace_s)} after its last consumer leaves"
     )
     return (
         f"orphaned {duration(now - orphan.since)} ago: its engine (pid {orphan.engine_pid}) "

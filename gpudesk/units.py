@@ -38,6 +38,13 @@ def exact_byte_size(n: int) -> str:
     return f"{n:,} bytes"
 
 
+def seconds(value: float) -> str:
+    """A number of seconds someone gave (an option, a setting), said back as it was given:
+    "0.5 s", "3 s", "86400 s", never rounded to "0 s"."""
+    text = f"{value:.3g}" if abs(value) < 1 else f"{value:.1f}".removesuffix(".0")
+    return f"{text} s"
+
+
 def carbon_g(joules: float | None, g_per_kwh: float) -> float | None:
     """Grams of CO2e for `joules` at a grid intensity of `g_per_kwh`; None for unknown energy."""
     return None if joules is None else joules / J_PER_KWH * g_per_kwh

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from typing import TYPE_CHECKING, Annotated
 
@@ -55,7 +57,9 @@ def serve_command(
     no_shuffle: Annotated[bool, typer.Option("--no-shuffle")] = False,
     idle_exit: Annotated[
         float | None,
-        typer.Option("--idle-exit", help="Stop after this many seconds without a consumer."),
+        typer.Option(
+            "--idle-exit", min=0.0, help="Stop after this many seconds without a consumer."
+        ),
     ] = None,
     selection: Annotated[
         str | None,
@@ -117,11 +121,22 @@ def _serve(config: ProducerConfig) -> int:
                 config.check()
             except LoaderError as exc:
                 fail(str(exc), EXIT_USAGE)
-        return serve(config, Home.from_env())
+        # By hand it says, on stdout, what it serves and why it stopped (stderr stays for
+        # errors and warnings); the engine logs a managed one's start and end itself.
+        return serve(config, Home.from_env(), None if config.managed else _say)
     except FinalError as exc:  # its settings cannot work: the engine does not start it again
         fail(str(exc), EXIT_FINAL)
     except LoaderError as exc:
         fail(str(exc), EXIT_FAILED)
+
+
+def _say(line: str) -> None:
+    """One line for the person who started the producer. A reader that left (`| head -1`)
+    stops nothing: the producer serves on, and what it says later goes nowhere."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 @loader_app.command("status")

@@ -30,6 +30,7 @@ import msgspec
 
 from gpudesk.core.wire.station import LoaderOrphan
 from gpudesk.env_seconds import env_seconds
+from gpudesk.units import seconds
 
 log = logging.getLogger("gpudesk.loader")
 
@@ -73,17 +74,17 @@ class IdleExit:
             self.orphaned_at, self.orphaned_wall = now, time.time()
             log.warning(
                 "loader %s: its engine (pid %d) is gone; it serves on while consumers read it, "
-                "and stops once none has for %.0f s",
+                "and stops once none has for %s",
                 self.name,
                 self.engine,
-                self.grace_s,
+                seconds(self.grace_s),
             )
         if serving:
             self.idle_since = now
             return False
         idle = now - self.idle_since
         if self.idle_exit_s is not None and idle >= self.idle_exit_s:
-            self.why = f"no consumer has read it for {self.idle_exit_s:.0f} s (--idle-exit)"
+            self.why = f"no consumer has read it for {seconds(self.idle_exit_s)} (--idle-exit)"
             log.info("loader %s: %s: stopping", self.name, self.why)
             return True
         # Counted from when it was orphaned too: an engine restarted at once finds it still there
@@ -92,7 +93,7 @@ class IdleExit:
             return False
         self.why = (
             f"its engine (pid {self.engine}) is gone and no consumer has read it for "
-            f"{self.grace_s:.0f} s"
+            f"{seconds(self.grace_s)}"
         )
         log.warning("loader %s: %s: stopping", self.name, self.why)
         return True

@@ -34,7 +34,7 @@ import signal
 import socket
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import zmq
@@ -55,8 +55,10 @@ from gpudesk.loader.producer_config import (
 from gpudesk.loader.producer_info import (
     claim,
     say_stopping,
+    serving_line,
     status_report,
     stop_reason,
+    stopped_line,
     write_failed,
     write_preparing,
     write_serving,
@@ -95,6 +97,9 @@ class Producer:
         self.ctl_path, self.fd_path, self.info_path = home.loader_paths(config.name)
         self.consumers: dict[bytes, ConsumerState] = {}
         self.stopping = False
+        self.stopped_by: str | None = None  # what told it to stop: "SIGTERM", a worker's end
+        # a line for the person who started it by hand (`serving_line`, `stopped_line`)
+        self.say: Callable[[str], None] | None = None
         self.started = time.time()
         self.produced = 0
         self.makeups_produced = 0
@@ -154,6 +159,8 @@ class Producer:
             len(self.table.slots),
             self.table.slot_bytes / 2**20,
         )
+        if self.say is not None and not self.stopping:  # not told to stop while it prepared
+            self.say(serving_line(self, length, batch_size))
         try:
             return self._loop()
         finally:
@@ -334,6 +341,7 @@ class Producer:
                 end.pid,
                 end.how(),
             )
+            self.stopped_by = f"its DataLoader worker (pid {end.pid}) {end.how()}"
         self.stopping = True
 
     def _check_workers(self) -> None:
@@ -564,12 +572,21 @@ class Producer:
                 path.unlink()
 
 
-def serve(config: ProducerConfig, home: Home) -> int:
+def serve(config: ProducerConfig, home: Home, say: Callable[[str], None] | None = None) -> int:
+    """Run the producer until it stops; its exit status. `say`: where a producer run by hand
+    says that it serves, and why it stopped (None: it says nothing, its log has warnings)."""
     producer = Producer(config, home)
+    producer.say = say
 
     def stop(signum: int, _frame: object) -> None:
+        if not producer.stopping:
+            name = signal.Signals(signum).name
+            producer.stopped_by = f"{name} (Ctrl-C)" if signum == signal.SIGINT else name
         producer.stopping = True
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    return producer.run()
+    status = producer.run()
+    if say is not None:
+        say(stopped_line(producer))
+    return status

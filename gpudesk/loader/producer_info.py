@@ -27,6 +27,9 @@ from gpudesk.loader.protocol import (
     read_info,
     write_info,
 )
+from gpudesk.render import duration
+from gpudesk.text import printable_line
+from gpudesk.units import seconds
 
 log = logging.getLogger("gpudesk.loader")
 
@@ -130,6 +133,33 @@ def stop_reason(producer: Producer) -> str:
     if producer.idle.why is not None:
         return producer.idle.why  # for want of consumers: --idle-exit, or orphaned
     return "it was told to stop" if producer.stopping else "it failed (see its log)"
+
+
+def serving_line(producer: Producer, samples: int, batch_size: int) -> str:
+    """What a producer run by hand says once consumers can read it: what it serves, where, and
+    what stops it (`gpudesk loader serve` prints it on stdout; a managed one's engine logs its
+    own line)."""
+    config = producer.config
+    stops = "Ctrl-C or SIGTERM stops it"
+    if config.idle_exit_s is not None:
+        stops += f", as does {seconds(config.idle_exit_s)} without a consumer"
+    return (
+        f"loader {config.name}: serving {printable_line(config.factory)}, {samples} samples in "
+        f"batches of {batch_size}, on {printable_line(str(producer.ctl_path))} (pid "
+        f"{os.getpid()}); jobs read it as SharedLoader({config.name!r}); {stops}"
+    )
+
+
+def stopped_line(producer: Producer) -> str:
+    """What a producer run by hand says as it stops of itself or when told to: why, after how
+    long, and what it served."""
+    # for want of consumers (--idle-exit, orphaned), else what told it: a signal, a worker's end
+    why = producer.idle.why or producer.stopped_by or stop_reason(producer)
+    served = (
+        f"{producer.delivered_total} batch(es) to {producer.consumers_total} consumer(s) in "
+        f"{duration(time.time() - producer.started)}"
+    )
+    return f"loader {producer.config.name}: stopped: {why}; it served {served}"
 
 
 def write_preparing(producer: Producer, what: str) -> None:

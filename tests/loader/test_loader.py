@@ -94,8 +94,11 @@ def assert_no_new_shm(before: set[str], pids: set[int]) -> None:
 
 # ---------------------------------------------------------------------------------- processes
 class Producer:
-    def __init__(self, proc: subprocess.Popen, home: Home, name: str, log: Path) -> None:
-        self.proc, self.home, self.name, self.log = proc, home, name, log
+    """`log`: what it said on stderr (errors and warnings); `out`: on stdout (run by hand: the
+    line once it serves, the line as it stops)."""
+
+    def __init__(self, proc: subprocess.Popen, home: Home, name: str, log: Path, out: Path) -> None:
+        self.proc, self.home, self.name, self.log, self.out = proc, home, name, log, out
         self.children: list[psutil.Process] = []
 
     @property
@@ -294,14 +297,16 @@ class Loaders:
         log: Path,
         env: dict[str, str] | None = None,
         session: bool = False,
+        out: Path | None = None,
     ) -> subprocess.Popen:
+        """`argv` started with its stderr in `log`, and its stdout in `out` (None: in `log`)."""
         env = {**os.environ, "GPUDESK_HOME": str(home.root), **(env or {})}
-        with open(log, "w") as sink:
+        with open(log, "w") as sink, open(out or os.devnull, "w") as out_sink:
             proc = subprocess.Popen(
                 argv,
                 env=env,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
+                stdout=sink if out is None else out_sink,
+                stderr=subprocess.STDOUT if out is None else sink,
                 stdin=subprocess.DEVNULL,
                 start_new_session=session,
             )
@@ -358,8 +363,9 @@ class Loaders:
         if selection:
             argv += ["--selection", selection]
         argv += extra
-        log = self.tmp / f"producer{self.count}.log"
-        producer = Producer(self._spawn(argv, home, log, env, session), home, name, log)
+        log, out = self.tmp / f"producer{self.count}.log", self.tmp / f"producer{self.count}.out"
+        proc = self._spawn(argv, home, log, env, session, out)
+        producer = Producer(proc, home, name, log, out)
         self.producers.append(producer)
         return producer.wait_ready() if wait else producer
 

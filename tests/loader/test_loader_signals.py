@@ -41,7 +41,8 @@ def serving(loaders: Loaders, *, cost_ms: float = 0.0) -> Producer:
 
 
 def ended(producer: Producer) -> tuple[int, str]:
-    """Its exit status and what it said, once it and its workers are gone; nothing it leaves."""
+    """Its exit status and what it said on stderr, once it and its workers are gone; nothing
+    it leaves."""
     code = producer.proc.wait(20)
     wait_for(
         lambda: not [c for c in producer.children if _alive(c)],
@@ -51,6 +52,13 @@ def ended(producer: Producer) -> tuple[int, str]:
     said = producer.log.read_text()
     assert "Traceback" not in said and 'File "' not in said, said
     return code, said
+
+
+def stopped(producer: Producer) -> str:
+    """The last of the two lines it said on stdout (run by hand): why it stopped."""
+    serving, last = producer.out.read_text().splitlines()
+    assert serving.startswith("loader syn: serving "), serving
+    return last
 
 
 def assert_cleaned_up(producer: Producer) -> None:
@@ -84,6 +92,7 @@ def test_a_sigterm_to_the_producer_alone_stops_it_cleanly(loaders: Loaders) -> N
     os.kill(producer.pid, signal.SIGTERM)
     code, said = ended(producer)
     assert code == 0 and said == "", said
+    assert stopped(producer).startswith("loader syn: stopped: SIGTERM; it served ")
     assert_cleaned_up(producer)
 
 
@@ -99,6 +108,9 @@ def test_a_worker_stopped_alone_stops_the_producer_as_if_told(loaders: Loaders) 
     assert said.splitlines() == [
         f"loader syn: its DataLoader worker (pid {worker.pid}) was killed by SIGTERM: stopping"
     ], said
+    assert stopped(producer).startswith(
+        f"loader syn: stopped: its DataLoader worker (pid {worker.pid}) was killed by SIGTERM; "
+    )
     assert_cleaned_up(producer)
 
 

@@ -1,0 +1,108 @@
+"""`gpudesk loader serve` run by hand says, on stdout, one line once jobs can read it (what it
+serves, its socket, what stops it) and one line as it stops (why: idle for the `--idle-exit`
+given, the signal; and what it served). It printed nothing at all, and an `--idle-exit` under a
+second was said as "0 s". Its stderr stays for errors and warnings: quiet here. A producer the
+engine starts (`--managed`) says nothing: the engine logs its start and end itself.
+Real producer processes, a real consumer."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from conftest import short_home, wait_for
+
+from gpudesk.loader import SharedLoader
+from gpudesk.loader.orphan import IdleExit
+from gpudesk.loader.protocol import read_info
+from gpudesk.paths import Home
+from gpudesk.units import seconds
+
+GPUDESK = [sys.executable, "-m", "gpudesk"]
+FACTORY = "gpudesk.workloads.synthetic:make_dataset"
+SIGNALS = {signal.SIGINT: "SIGINT (Ctrl-C)", signal.SIGTERM: "SIGTERM"}
+
+
+@pytest.fixture
+def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
+    with short_home("gd-hand-", monkeypatch) as home:
+        yield home
+
+
+def serve(*args: str) -> subprocess.Popen[str]:
+    """`gpudesk loader serve syn` of 32 samples in batches of 8, as a person runs it."""
+    settings = ["--arg", "size=32", "--workers", "0", "--batch-size", "8"]
+    return subprocess.Popen(
+        [*GPUDESK, "loader", "serve", "syn", "--dataset", FACTORY, *settings, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_seconds_given_are_said_back_as_given() -> None:
+    assert [seconds(s) for s in (0.5, 0.25, 3.0, 2.5, 60.0, 86400.0)] == [
+        "0.5 s",
+        "0.25 s",
+        "3 s",
+        "2.5 s",
+        "60 s",
+        "86400 s",
+    ]
+
+
+def test_the_idle_reason_says_the_seconds_given() -> None:
+    idle = IdleExit("syn", 0.4, managed=False, now=0.0)
+    assert not idle.stops(serving=False, now=0.3)
+    assert idle.stops(serving=False, now=0.5)
+    assert idle.why == "no consumer has read it for 0.4 s (--idle-exit)"  # was "0 s"
+
+
+def test_it_says_what_it_serves_and_that_it_stopped_for_want_of_consumers(home: Home) -> None:
+    producer = serve("--idle-exit", "0.5")
+    out, error = producer.communicate(timeout=60)
+    assert producer.returncode == 0, error
+    assert error == ""  # quiet: stdout says it
+    serving, stopped = out.splitlines()
+    control = home.loader_paths("syn")[0]
+    assert serving == (
+        f"loader syn: serving {FACTORY}, 32 samples in batches of 8, on {control} (pid "
+        f"{producer.pid}); jobs read it as SharedLoader('syn'); Ctrl-C or SIGTERM stops it, as "
+        "does 0.5 s without a consumer"
+    )
+    assert stopped.startswith(
+        "loader syn: stopped: no consumer has read it for 0.5 s (--idle-exit); it served 0 "
+        "batch(es) to 0 consumer(s) in "
+    ), stopped
+
+
+@pytest.mark.parametrize("signum", list(SIGNALS))
+def test_told_to_stop_it_names_the_signal_and_what_it_served(home: Home, signum: int) -> None:
+    producer = serve()
+    try:
+        wait_for(lambda: (read_info(home.loader_paths("syn")[2]) or {}).get("control"), 60.0)
+        with SharedLoader("syn") as loader:
+            assert sum(1 for _ in loader) == 4  # one epoch, each batch let go
+        producer.send_signal(signum)
+        out, error = producer.communicate(timeout=60)
+    finally:
+        producer.kill()
+    assert producer.returncode == 0 and error == "", error
+    assert out.startswith("loader syn: serving "), out
+    # handed out: the epoch read, and what was sent ahead of the consumer
+    said = re.search(
+        rf"\nloader syn: stopped: {re.escape(SIGNALS[signum])}; it served (\d+) batch\(es\) "
+        r"to 1 consumer\(s\) in \d+\.\ds\n\Z",
+        out,
+    )
+    assert said is not None and int(said.group(1)) >= 4, out
+
+
+def test_one_the_engine_starts_says_nothing(home: Home) -> None:
+    producer = serve("--managed", "--idle-exit", "0.3")
+    out, error = producer.communicate(timeout=60)
+    assert (producer.returncode, out, error) == (0, "", "")
