@@ -106,3 +106,10 @@ def test_one_the_engine_starts_says_nothing(home: Home) -> None:
     producer = serve("--managed", "--idle-exit", "0.3")
     out, error = producer.communicate(timeout=60)
     assert (producer.returncode, out, error) == (0, "", "")
+
+
+def test_a_negative_idle_exit_is_a_usage_error(home: Home) -> None:
+    producer = serve("--idle-exit", "-1")  # it stopped at once, saying nothing
+    out, error = producer.communicate(timeout=60)
+    assert (producer.returncode, out) == (2, "")
+    assert error.startswith("error: ") and "--idle-exit" in error and "Traceback" not in error
