@@ -151,7 +151,8 @@ def one_line_refusal(text: str, what: str, why: str, allowed: str = "") -> str |
     if not is_text(text):
         shown = safe_text(text)
         shown = shown if len(shown) <= 60 else f"{shown[:57]}..."
-        return f"{what} must be text (UTF-8); {shown!r} holds bytes that are not"
+        # quoted as every value is (`\\xe9`), not as Python's repr would (`\\\\xe9`)
+        return f"{what} must be text (UTF-8); {quoted(shown)} holds bytes that are not"
     return None
 
 

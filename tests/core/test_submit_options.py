@@ -104,8 +104,8 @@ def test_names_comments_and_notify_commands_share_one_rule() -> None:
         )
         with pytest.raises(ValueError) as info:
             check("caf\udce9")  # the byte 0xE9 of a file name that is not UTF-8
-        assert (
-            str(info.value) == f"{what} must be text (UTF-8); 'caf\\\\xe9' holds bytes that are not"
+        assert (  # the byte spelled as everywhere (not as Python's repr: 'caf\\\\xe9')
+            str(info.value) == f"{what} must be text (UTF-8); 'caf\\xe9' holds bytes that are not"
         )
 
 
