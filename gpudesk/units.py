@@ -1,12 +1,14 @@
 """Units and the energy-to-carbon conversion: one home for the constants every layer uses.
 
-A leaf module (stdlib only, imports nothing of gpudesk): the engine, the CLI, the desk and the
-benchmarks may all import it.
+A leaf module (the stdlib, and gpudesk.text, a leaf too, to quote a value in a message): the
+engine, the CLI, the desk and the benchmarks may all import it.
 """
 
 from __future__ import annotations
 
 import re
+
+from gpudesk.text import quoted
 
 J_PER_WH = 3600.0  # joules in a watt-hour
 J_PER_KWH = 1000.0 * J_PER_WH
@@ -84,7 +86,7 @@ def parse_duration(text: str) -> float:
         return days * 86400.0 + hours * 3600.0 + minutes * 60.0 + seconds
     except ValueError:
         raise ValueError(
-            f"{text!r} is not a duration: give minutes as sbatch --time does (90, 90:00, "
+            f"{quoted(text)} is not a duration: give minutes as sbatch --time does (90, 90:00, "
             "1:30:00, 2-12:00:00) or units (90s, 30m, 1h30m, 2d)"
         ) from None
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from gpudesk.core.gpu_models import STATIONS
+from gpudesk.text import quoted
 
 SIM_PREFIX = "sim:"
 # The simulated stations a user can name: the catalogue's (gpudesk.core.gpu_models).
@@ -59,7 +60,7 @@ def check_backend_name(value: object) -> str:
                 return value
             except ValueError as exc:
                 why = f" ({exc})"
-    shown = repr(value) if isinstance(value, str) else f"a {type(value).__name__}"
+    shown = quoted(value) if isinstance(value, str) else f"a {type(value).__name__}"
     raise ValueError(
         f"expected one of {', '.join(BACKEND_NAMES)} (or sim:MODELxN), found {shown}{why}"
     )

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from gpudesk.text import is_text, spelled_char, unsafe_char
+from gpudesk.text import is_text, quoted, spelled_char, unsafe_char
 
 ClusterKind = Literal["slurm"]
 CLUSTER_KINDS: tuple[ClusterKind, ...] = ("slurm",)
@@ -81,7 +81,7 @@ def _word(what: str, value: Any) -> str:
     if not isinstance(value, str) or not _SLURM_WORD.match(value):
         raise ValueError(
             f"{what}: expected a Slurm name (letters, digits, _ . + -; at most 64), "
-            f"found {value!r}"[:300]
+            f"found {quoted(value) if isinstance(value, str) else repr(value)}"[:300]
         )
     return value
 

@@ -74,6 +74,7 @@ from gpudesk.policy.trace import (
     simulated_profiles,
     with_progress_lines,
 )
+from gpudesk.text import quoted
 
 __all__ = [
     "DEFAULT_STATION",
@@ -125,7 +126,8 @@ class Simulation:
     ) -> None:
         self.model, self.gpu_count = station_gpus(station)
         if estimator not in ESTIMATORS:
-            raise ValueError(f"unknown estimator {estimator!r}; known: {', '.join(ESTIMATORS)}")
+            known = ", ".join(ESTIMATORS)
+            raise ValueError(f"unknown estimator {quoted(estimator)}; known: {known}")
         self.trace, self.station, self.estimator, self.mps = trace, station, estimator, mps
         self.policy_name = policy
         self.policy = make_policy(policy)

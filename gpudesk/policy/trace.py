@@ -34,6 +34,7 @@ from gpudesk.core.mig_profiles import (
 from gpudesk.examples import bundled
 from gpudesk.named_file import read_named_json
 from gpudesk.policy.interference import ModelParams, load_params_file
+from gpudesk.text import quoted
 from gpudesk.units import MIB_PER_GB
 
 # SM activity of a job running alone, by the trace's class, where the trace gives no `sm_pct`;
@@ -296,7 +297,7 @@ def parse_mig(text: str, gpu_name: str, gpu_count: int) -> dict[int, tuple[str, 
                 current = int(gpu_text)
             except ValueError:
                 raise ValueError(
-                    f"--mig: {gpu_text!r} is not a GPU index (GPU=PROFILE,...)"
+                    f"--mig: {quoted(gpu_text)} is not a GPU index (GPU=PROFILE,...)"
                 ) from None
             if not 0 <= current < gpu_count:
                 raise ValueError(
@@ -309,14 +310,14 @@ def parse_mig(text: str, gpu_name: str, gpu_count: int) -> dict[int, tuple[str, 
                 continue
         elif current is None:
             raise ValueError(
-                f"--mig: start with a GPU index, e.g. 0=3g.20gb,2g.10gb (got {text!r})"
+                f"--mig: start with a GPU index, e.g. 0=3g.20gb,2g.10gb (got {quoted(text)})"
             )
         if not item:
-            raise ValueError(f"--mig: an empty profile name in {text!r}")
+            raise ValueError(f"--mig: an empty profile name in {quoted(text)}")
         profile = find_profile(item, table)
         if profile is None:
             raise ValueError(
-                f"--mig: unknown MIG profile {item!r} for a {gpu_name}; it offers: {offered}"
+                f"--mig: unknown MIG profile {quoted(item)} for a {gpu_name}; it offers: {offered}"
             )
         layouts[current].append(profile.name)
     for gpu, names in layouts.items():

@@ -37,6 +37,7 @@ from gpudesk.profile.model import (
     ReportConfig,
 )
 from gpudesk.profile.values import _render_key
+from gpudesk.text import quoted
 from gpudesk.toml_lines import Key, KeyLines, tomllib
 
 __all__ = [
@@ -143,7 +144,7 @@ def _missing_file_message(shown: str) -> str:
             target = os.readlink(shown)
         except (OSError, ValueError):
             return "is a symbolic link whose target is missing"
-        return f"is a symbolic link whose target is missing ({target!r})"
+        return f"is a symbolic link whose target is missing ({quoted(target)})"
     message = "no such file"
     folder, base = os.path.split(shown)
     try:
@@ -158,7 +159,7 @@ def _missing_file_message(shown: str) -> str:
         if not close:
             return message
         guess = close[0]
-    return f"{message}; did you mean {os.path.join(folder, guess)!r}?"
+    return f"{message}; did you mean {quoted(os.path.join(folder, guess))}?"
 
 
 def _decode(data: bytes, shown: str) -> str:

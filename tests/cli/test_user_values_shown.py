@@ -53,6 +53,12 @@ BAD_PATH = os.fsdecode(b"/nonexistent/a\xffb\x1b[2J/x.toml")  # in a folder that
         ("simulate", "carma-philly-t1", "--policy", BAD),
         ("calibrate", "--mechanisms", BAD),
         ("submit", "--workdir", BAD, "--", "true"),
+        ("submit", "--time", BAD, "--", "true"),
+        ("simulate", "carma-philly-t1", "--estimator", BAD),
+        ("simulate", "carma-philly-t1", "--mig", f"0={BAD}"),
+        ("simulate", "carma-philly-t1", "--mig", f"{BAD}=1g.5gb"),
+        ("simulate", "carma-philly-t1", "--station", BAD),
+        ("export", "slurm", "quickstart", "out", "--partition", BAD, "--no-ask"),
     ],
     ids=[
         "run",
@@ -64,6 +70,12 @@ BAD_PATH = os.fsdecode(b"/nonexistent/a\xffb\x1b[2J/x.toml")  # in a folder that
         "simulate-policy",
         "calibrate-mechanisms",
         "submit-workdir",
+        "submit-time",
+        "simulate-estimator",
+        "simulate-mig-profile",
+        "simulate-mig-gpu",
+        "simulate-station",
+        "export-partition",
     ],
 )
 def test_a_path_or_value_in_a_refusal_is_spelled_out(tmp_path: Path, args: tuple[str, ...]) -> None:
@@ -74,6 +86,16 @@ def test_a_path_or_value_in_a_refusal_is_spelled_out(tmp_path: Path, args: tuple
     assert done.returncode != 0, done.stderr
     assert done.stderr.startswith("error: "), done.stderr
     assert "a\\xffb\\x1b[2J" in done.stderr, done.stderr  # spelled, quoted or not
+    assert "\x1b" not in done.stderr and "\\udcff" not in done.stderr, done.stderr
+
+
+def test_a_profile_guessed_for_a_missing_one_is_spelled_out(tmp_path: Path) -> None:
+    folder = tmp_path / BAD
+    folder.mkdir()
+    (folder / "sweep.toml").write_text('name = "s"\n[[jobs]]\nname = "a"\ncommand = ["true"]\n')
+    done = gpudesk(tmp_path, "run", str(folder / "sweep"))
+    assert done.returncode == 2, done.stderr
+    assert f"did you mean '{tmp_path}/a\\xffb\\x1b[2J/sweep.toml'?" in done.stderr, done.stderr
     assert "\x1b" not in done.stderr and "\\udcff" not in done.stderr, done.stderr
 
 
