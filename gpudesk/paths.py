@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudesk.text import is_text, quoted
+
 # sun_path in sockaddr_un is 108 bytes on Linux: a longer socket path cannot be bound.
 _MAX_SOCKET_PATH = 100
 
@@ -126,6 +128,18 @@ def _not_a_folder(root: Path, system: bool = False) -> HomeError:
         )
     return HomeError(
         f"the gpudesk home {what}, not a folder: name a folder (gpudesk creates it when missing)."
+    )
+
+
+def _not_utf8(root: Path, system: bool) -> HomeError:
+    """A home whose path is not UTF-8 (a byte such as 0xff in a folder's name): the store
+    keeps the paths of jobs' logs as text, so an engine there could start no job (each start
+    failed, and the job waited for ever)."""
+    named = "--state-dir" if system else "GPUDESK_HOME"
+    return HomeError(
+        f"the gpudesk home {quoted(str(root))} has bytes that are not UTF-8 in its path: gpudesk "
+        "keeps the paths of its jobs' logs as text, and could start no job there. Set "
+        f"{named} to a folder whose path is UTF-8."
     )
 
 
@@ -508,6 +522,8 @@ class Home:
         Raises UnsafePath (one paragraph for the user) when any of them, or a state file, is
         a link or someone else's; HomeError when the home itself is another user's. A system
         engine's (root's): the socket folder is made 0750 with the station's `group`."""
+        if not is_text(str(self.root)):
+            raise _not_utf8(self.root, system=self.system_socket is not None)
         if self.system_socket is not None:
             return self._ensure_system(group)
         check_owner(self.root)

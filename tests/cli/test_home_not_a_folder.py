@@ -93,3 +93,17 @@ def test_a_system_engines_state_folder_is_said_as_its_state_dir(tmp_path: Path) 
         one_paragraph(done, said, remedy)
         assert "GPUDESK_HOME" not in done.stderr
     assert notes.read_text() == TEXT and not socket.exists()
+
+
+def test_a_home_whose_path_is_not_utf8_is_refused_before_anything_is_queued(
+    tmp_path: Path,
+) -> None:
+    """The store keeps each attempt's log path as text: an engine in a home named with a 0xff
+    byte queued the job and then failed every start of it, a traceback in its log every two
+    seconds and the job `(Resources)` for ever. Refused where the home is made, in one
+    paragraph; nothing is made there."""
+    home = os.fsdecode(os.fsencode(tmp_path) + b"/h\xff")
+    said = f"error: the gpudesk home '{tmp_path}/h\\xff' has bytes that are not UTF-8 in its path"
+    for args in (("submit", "--", "true"), ("engine", "start")):
+        one_paragraph(gpudesk({"GPUDESK_HOME": home}, *args), said, "Set GPUDESK_HOME to")
+    assert not os.path.lexists(home)
