@@ -154,7 +154,7 @@ def test_every_malformed_argument_is_a_clear_error_naming_it(
     [
         ({"job": HUGE}, "'job': a job id is at most"),
         ({"job": "9" * 5000}, "'job': a job id is at most"),
-        ({"job": "\udce9"}, "'job': a job name is UTF-8 text"),
+        ({"job": "\udce9"}, "'job': a job name is UTF-8 text; '\\xe9' holds bytes that are not"),
         ({"job": "\ud800"}, "invalid request: args.job holds a lone surrogate"),
     ],
 )

@@ -38,7 +38,7 @@ from gpudesk.metrics.loop_timing import LoopTiming
 from gpudesk.paths import Home
 from gpudesk.policy.access import Access
 from gpudesk.policy.queue import JobQueue
-from gpudesk.text import is_text, safe_text
+from gpudesk.text import is_text, quoted
 
 # An op's handler: its arguments (decoded into the op's type in gpudesk.core.wire.requests) and
 # who asks in, its reply (or the work that builds it later) out.
@@ -125,7 +125,7 @@ class Requests:
         if isinstance(ref, str) and not is_text(ref):
             raise ProtocolError(
                 protocol.INVALID_ARGS,
-                f"'{field}': a job name is UTF-8 text; {safe_text(ref)!r} holds bytes that are not",
+                f"'{field}': a job name is UTF-8 text; {quoted(ref)} holds bytes that are not",
             )
         if read is not None and isinstance(ref, int) and ref in read:
             return read[ref]
@@ -157,6 +157,6 @@ def user_arg(value: str | int | None) -> int | None:
     uid = user_id(value) if value and is_text(value) else None
     if uid is None:
         raise ProtocolError(
-            protocol.INVALID_ARGS, f"'user': no user named {safe_text(value)!r} on this station"
+            protocol.INVALID_ARGS, f"'user': no user named {quoted(value)} on this station"
         )
     return uid
