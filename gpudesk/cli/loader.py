@@ -153,6 +153,13 @@ def status_command(
     from gpudesk.loader.status import collect
     from gpudesk.render import orphaned
 
+    if name is not None:
+        from gpudesk.loader.protocol import LoaderError, check_name
+
+        try:  # no loader can have it: a name typed wrong, as `serve` says it
+            check_name(name)
+        except LoaderError as exc:
+            fail(str(exc), EXIT_USAGE)
     loaders = collect(name)
     if as_json:
         print(json_text({"loaders": loaders}, indent=2))

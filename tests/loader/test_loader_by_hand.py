@@ -113,3 +113,22 @@ def test_a_negative_idle_exit_is_a_usage_error(home: Home) -> None:
     out, error = producer.communicate(timeout=60)
     assert (producer.returncode, out) == (2, "")
     assert error.startswith("error: ") and "--idle-exit" in error and "Traceback" not in error
+
+
+@pytest.mark.parametrize("as_json", [[], ["--json"]])
+def test_status_of_a_name_no_loader_can_have_is_a_usage_error(home: Home, as_json: list) -> None:
+    """`loader status 'x\\x1b'` said "no shared loaders are running named …" (`{"loaders": []}`
+    with --json) and exited 0, as for a name that is merely not running: it is refused as
+    `serve` refuses it. A good name not running is still an empty answer, exit 0."""
+    bad = subprocess.run(
+        [*GPUDESK, "loader", "status", "x\x1b", *as_json], capture_output=True, text=True
+    )
+    assert bad.returncode == 2, bad
+    assert bad.stderr == (
+        "error: 'x\\x1b' is not a loader name: use 1 to 40 letters, digits, '_', '.' or '-', "
+        "starting with a letter or digit\n"
+    )
+    good = subprocess.run(
+        [*GPUDESK, "loader", "status", "nosuch", *as_json], capture_output=True, text=True
+    )
+    assert good.returncode == 0, good
