@@ -2,16 +2,20 @@
 
 An `Identity` is a uid with its primary group and supplementary groups, as the kernel reports them
 for a process: the engine takes a caller's from the control socket's peer credentials
-(SO_PEERCRED, SO_PEERGROUPS), never from what the client wrote in a request, and a job keeps its
-submitter's to run with (a system engine runs each job as its owner). A personal engine's callers
-are all its own user; its jobs run as that user, as before.
+(SO_PEERCRED, SO_PEERGROUPS: `peer_caller`, which the shared loader's ring asks too), never from
+what the client wrote in a request, and a job keeps its submitter's to run with (a system engine
+runs each job as its owner). A personal engine's callers are all its own user; its jobs run as
+that user, as before.
 """
 
 from __future__ import annotations
 
+import errno
 import grp
 import os
 import pwd
+import socket
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -96,3 +100,38 @@ def group_name(gid: int) -> str:
         return grp.getgrgid(gid).gr_name
     except KeyError:
         return str(gid)
+
+
+_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13; Python has no name for it
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_MAX_GROUPS = 65536  # NGROUPS_MAX on Linux
+
+
+def peer_caller(sock: socket.socket) -> Caller:
+    """Who is at the other end of a connected Unix socket, as the kernel says: the pid, uid and
+    gid the peer had when it connected, and its supplementary groups. Where SO_PEERGROUPS is
+    missing (Linux before 4.13), the groups come from the user database for that uid and gid
+    (what `initgroups` would give the user, not what that process holds)."""
+    pid, uid, gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    groups: list[int]
+    try:
+        size = 4 * 256
+        while True:
+            try:
+                raw = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, size)
+                break
+            except OSError as exc:
+                if exc.errno != errno.ERANGE or size >= 4 * _MAX_GROUPS:
+                    raise
+                size *= 4
+        groups = list(struct.unpack(f"{len(raw) // 4}I", raw))
+    except OSError:
+        groups = _groups_of(uid, gid)
+    return Caller(Identity.of(uid, gid, groups), pid or None)
+
+
+def _groups_of(uid: int, gid: int) -> list[int]:
+    try:
+        return os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
+    except (KeyError, OSError):
+        return [gid]

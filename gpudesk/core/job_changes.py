@@ -1,7 +1,8 @@
 """The user's hold, release, requeue and cancel of a queued job as data: what the store writes
 for each job of a request, all in one transaction (gpudesk.engine.store.job_changes), and the
 record each leaves (`applied`), field for field what the store reads back after it, so the
-engine's queue and events need no read of each job after the write."""
+engine's queue and events need no read of each job after the write; and what each job-control
+action did to a job (`JobOutcome`), which gpudesk.policy.job_changes decides."""
 
 from __future__ import annotations
 
@@ -11,6 +12,21 @@ from dataclasses import dataclass
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.text import safe_text
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What a job-control action did to one job. `ok` is False only when the action was
+    refused (holding a running job, say); a no-op such as holding a held job is ok."""
+
+    message: str
+    ok: bool = True
+
+
+def state_phrase(job: JobRecord) -> str:
+    """ "running" ("suspended"), or "already failed" for a finished job: the start of a
+    refusal."""
+    return f"already {job.state.value}" if job.state.terminal else job.shown_state.value
 
 
 @dataclass(frozen=True)
@@ -60,3 +76,5 @@ class Requeue:
 
 
 JobChange = CancelQueued | SetHeld | Requeue
+# a job's change for the store, its event's message, and the job's outcome once stored
+Planned = tuple[JobChange, str, str]

@@ -73,6 +73,23 @@ class Reconfiguration:
     not_applied: tuple[SettingNotApplied, ...]
 
 
+def settings_reply(
+    config: StationConfig,
+    changes: Sequence[SettingChange],
+    not_applied: Sequence[SettingNotApplied],
+    *,
+    changed: bool,
+) -> wire.ConfigureResult:
+    """`configure`'s and `check_configure`'s reply: the config in force and what the table
+    changed (or would), and what it did not apply."""
+    return wire.ConfigureResult(
+        station=wire.StationConfigView(**config.view()),
+        changed=changed,
+        changes=[change.view() for change in changes],
+        not_applied=[item.view() for item in not_applied],
+    )
+
+
 def weigh(
     current: StationConfig,
     table: Any,

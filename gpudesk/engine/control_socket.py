@@ -23,7 +23,6 @@ anew, instead of the engine holding a pile of events no one reads.
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import logging
 import os
@@ -31,14 +30,13 @@ import resource
 import select
 import socket
 import stat
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpudesk.core import protocol
-from gpudesk.core.identity import Caller, Identity
+from gpudesk.core.identity import Caller, peer_caller
 from gpudesk.engine.offloop import Pending
 from gpudesk.env_seconds import env_seconds
 from gpudesk.paths import file_kind
@@ -74,43 +72,8 @@ ACCEPTS_PER_TURN = 256  # one turn of the loop accepts at most this many: it als
 REFUSAL_LOG_EVERY_S = 60.0  # a refusal is logged once a minute per user and kind, then counted
 READ_CHUNK = 1 << 20
 TOPICS = ("", "job", "telemetry")  # "" is every topic
-_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13; Python has no name for it
-_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-_MAX_GROUPS = 65536  # NGROUPS_MAX on Linux
 
 Handler = Callable[[bytes, Caller], bytes | Pending]
-
-
-def peer_caller(sock: socket.socket) -> Caller:
-    """Who is at the other end of a connected Unix socket, as the kernel says: the pid, uid and
-    gid the peer had when it connected, and its supplementary groups. Where SO_PEERGROUPS is
-    missing (Linux before 4.13), the groups come from the user database for that uid and gid
-    (what `initgroups` would give the user, not what that process holds)."""
-    pid, uid, gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-    groups: list[int]
-    try:
-        size = 4 * 256
-        while True:
-            try:
-                raw = sock.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, size)
-                break
-            except OSError as exc:
-                if exc.errno != errno.ERANGE or size >= 4 * _MAX_GROUPS:
-                    raise
-                size *= 4
-        groups = list(struct.unpack(f"{len(raw) // 4}I", raw))
-    except OSError:
-        groups = _groups_of(uid, gid)
-    return Caller(Identity.of(uid, gid, groups), pid or None)
-
-
-def _groups_of(uid: int, gid: int) -> list[int]:
-    import pwd
-
-    try:
-        return os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
-    except (KeyError, OSError):
-        return [gid]
 
 
 @dataclass(frozen=True)

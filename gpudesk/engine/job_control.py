@@ -7,9 +7,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpudesk.core.field_checks import reads_as_job_id
+from gpudesk.core.job_changes import JobOutcome, state_phrase
 from gpudesk.core.jobs import PRIORITY_RANGE, TERMINAL_STATES, JobSpec, JobState
 from gpudesk.core.records import JobRecord
-from gpudesk.engine.backends.base import Backend, JobOutcome, JobsView, state_phrase
+from gpudesk.engine.backends.base import Backend, JobsView
 from gpudesk.engine.backends.local import LocalBackend
 from gpudesk.engine.backends.slurm import SlurmBackend
 from gpudesk.engine.backends.slurm_jobs import SlurmJobs

@@ -30,20 +30,17 @@ import pwd
 import shutil
 import socket
 import stat
-import struct
 import threading
 import time
 from pathlib import Path
 
-from gpudesk.core.identity import Identity
+from gpudesk.core.identity import Identity, peer_caller
 from gpudesk.loader.protocol import LoaderError
 from gpudesk.paths import Home, UnsafePath, check_station_dir, user_name
 
 PRIVATE_MODE = 0o700
 SHARED_MODE = 0o2750  # setgid: the sockets and the info file get the station's group
 SHARED_SOCKET_MODE = 0o660  # connecting to a Unix socket needs write permission on it
-_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-_SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13; Python has no name for it
 
 
 # ----------------------------------------------------------------- the engine (root)
@@ -272,25 +269,11 @@ def hand_out_ring(
 def peer_refusal(conn: socket.socket, name: str, share: str, group: int | None) -> str | None:
     """Why the process at the other end may not have the ring (None: it may): its own user's
     and root's always; another user's only when shared, and only a member of `group`."""
-    _pid, uid, gid = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-    if uid in (os.geteuid(), 0):
+    peer = peer_caller(conn).identity
+    if peer.uid in (os.geteuid(), 0):
         return None
     if share != "group":
-        return not_shared(name, os.geteuid(), uid)
-    if group is None or group == gid or group in _peer_groups(conn, uid, gid):
+        return not_shared(name, os.geteuid(), peer.uid)
+    if group is None or group == peer.gid or group in peer.groups:
         return None
     return f"the shared loader {name!r} is shared with the station's group only"
-
-
-def _peer_groups(conn: socket.socket, uid: int, gid: int) -> set[int]:
-    """The peer's supplementary groups, as the kernel says (Python's getsockopt takes at most
-    1024 bytes: 256 groups); past that, or on a kernel before 4.13, what a login of its user
-    would have (initgroups), as the engine's control socket does."""
-    try:
-        raw = conn.getsockopt(socket.SOL_SOCKET, _SO_PEERGROUPS, 1024)
-    except OSError:
-        try:
-            return set(os.getgrouplist(pwd.getpwuid(uid).pw_name, gid))
-        except KeyError:
-            return set()
-    return set(struct.unpack(f"{len(raw) // 4}I", raw))

@@ -70,6 +70,17 @@ def submit_problem(index: int, spec: JobSpec, named: Callable[[str], str] | None
     return ""
 
 
+def one_place_problem(specs: Iterable[JobSpec]) -> str | None:
+    """Why one request's jobs may not be submitted together: they do not all run on the station
+    or all on one cluster (a run is followed, and refused, as a whole)."""
+    if len({spec.cluster for spec in specs}) > 1:
+        return (
+            "one request's jobs go to one place: some of these name a Slurm cluster and "
+            "some do not (or name another); submit them separately"
+        )
+    return None
+
+
 def other_dependencies(
     spec: JobSpec, known: Mapping[int, JobRecord]
 ) -> tuple[JobRecord | None, str]:

@@ -25,10 +25,12 @@ before it places a job and when it says why one waits.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+from gpudesk.core.jobs import JobSpec
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.queue import JobQueue
+from gpudesk.text import safe_text
 
 DEFAULT_PRIORITY = 0  # JobSpec's default: the highest a member may give her own jobs
 
@@ -66,6 +68,17 @@ def priority_refusal(old: int, new: int, admins: str) -> str | None:
         f"{DEFAULT_PRIORITY}. Fair share orders jobs of equal priority by each member's recent "
         "usage; ask an admin if one of yours must go first."
     )
+
+
+def submit_priority_refusal(specs: Sequence[JobSpec], admins: str) -> str | None:
+    """Why a member who is no admin may not submit these jobs, whole: one asks a priority above
+    the default (`priority_refusal`); None when none does."""
+    for index, spec in enumerate(specs):
+        refusal = priority_refusal(DEFAULT_PRIORITY, spec.priority, admins)
+        if refusal:
+            name = safe_text(spec.name)
+            return f"jobs[{index}] ({name!r}).priority: {refusal} Nothing was submitted."
+    return None
 
 
 def gpu_limit_refusal(job: JobRecord, held: Mapping[int, int], limit: int | None) -> str:

@@ -18,8 +18,8 @@ from conftest import EngineHandle, wait_for
 from test_cli import gpudesk, start_interruptible_run, write_profile
 
 from gpudesk.cli.job_detail import FIELD_INDENT
-from gpudesk.engine.requests import CHANGE_CHECKS
 from gpudesk.paths import Home
+from gpudesk.policy.admission import CHANGE_CHECKS
 
 LAYOUT = "3g.20gb,2g.10gb,2g.10gb"
 STATION_HAS = "3 whole GPUs (0-2) and GPU 3 in MIG mode (slices 3g.20gb, 2g.10gb, 2g.10gb)"

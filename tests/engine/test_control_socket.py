@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpudesk.core import protocol
-from gpudesk.core.identity import Caller
-from gpudesk.engine.control_socket import CannotListen, ControlSocket, peer_caller
+from gpudesk.core.identity import Caller, peer_caller
+from gpudesk.engine.control_socket import CannotListen, ControlSocket
 
 
 def test_peer_caller_is_what_the_kernel_says_of_the_other_end() -> None:

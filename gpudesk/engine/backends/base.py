@@ -22,27 +22,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpudesk.core.identity import Caller
+from gpudesk.core.job_changes import JobOutcome
 from gpudesk.core.job_edit import JobEdit
 from gpudesk.core.jobs import JobSpec
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.base import PlacementMode
 from gpudesk.core.wire.jobs import AttemptView, RemainingView, SlurmJobView, SubmitResult
 from gpudesk.engine.offloop import Later
-
-
-@dataclass(frozen=True)
-class JobOutcome:
-    """What a job-control action did to one job. `ok` is False only when the action was
-    refused (holding a running job, say); a no-op such as holding a held job is ok."""
-
-    message: str
-    ok: bool = True
-
-
-def state_phrase(job: JobRecord) -> str:
-    """ "running" ("suspended"), or "already failed" for a finished job: the start of a
-    refusal."""
-    return f"already {job.state.value}" if job.state.terminal else job.shown_state.value
 
 
 @dataclass(frozen=True)

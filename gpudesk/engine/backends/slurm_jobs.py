@@ -14,12 +14,13 @@ from pathlib import Path
 from gpudesk import diskspace
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
+from gpudesk.core.job_changes import JobOutcome
 from gpudesk.core.job_edit import JobEdit
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import AttemptView, SubmitResult
-from gpudesk.engine.backends.base import JobOutcome, JobPart, JobsView, LogFile, OwnerRead
+from gpudesk.engine.backends.base import JobPart, JobsView, LogFile, OwnerRead
 from gpudesk.engine.backends.local import LocalBackend
 from gpudesk.engine.backends.slurm import Prepared, Sent, SlurmBackend
 from gpudesk.engine.offloop import Later

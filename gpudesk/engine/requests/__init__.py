@@ -4,8 +4,7 @@ mapping of errors to protocol codes), `submission`, `listing` (jobs, show, log),
 datasets, shutdown), `telemetry`, `mig`, `model`, `editing`; `common` holds what they share.
 """
 
-from gpudesk.engine.backends.local.admission import CHANGE_CHECKS
 from gpudesk.engine.requests.common import EngineParts
 from gpudesk.engine.requests.dispatch import RequestHandlers
 
-__all__ = ["CHANGE_CHECKS", "EngineParts", "RequestHandlers"]
+__all__ = ["EngineParts", "RequestHandlers"]

@@ -14,25 +14,22 @@ import msgspec
 from gpudesk import joblog
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
-from gpudesk.core.jobs import JobSpec, JobState
+from gpudesk.core.jobs import JobState
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
+from gpudesk.core.spec_view import spec_view
 from gpudesk.core.wire.jobs import (
-    ClusterView,
     DamagedJob,
     JobDetail,
     JobList,
-    JobSpecView,
     JobView,
     LogChunk,
-    TrackingView,
 )
 from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
 from gpudesk.engine.backends.base import JobsView, OwnerRead
 from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests, user_arg
-from gpudesk.redact import redact_secrets
 from gpudesk.text import ends_in_c1_lead, is_text, printable_bytes
 from gpudesk.trust import UntrustedFileError
 
@@ -122,13 +119,7 @@ class ListingRequests(Requests):
         """A job on the wire, as `caller` may see it: its record, then its backend's part (while
         it runs, where: `slot`, a label; `gpus`, `mode` and `mig_slice`, the same as data; its
         log; a Slurm job's `slurm`), then the shared loader it reads."""
-        spec = spec_view(job.spec)
-        if spec.tracking is not None and not self._sees_secrets(caller, job.owner.uid):
-            tracking = spec.tracking
-            hidden = msgspec.structs.replace(
-                tracking, mlflow_uri=redact_secrets(tracking.mlflow_uri)
-            )
-            spec = msgspec.structs.replace(spec, tracking=hidden)
+        spec = spec_view(job.spec, secrets=self._sees_secrets(caller, job.owner.uid))
         part = view.fields(job)
         reply = JobView(
             id=job.id,
@@ -299,39 +290,3 @@ def _log_range(args: LogArgs, job: JobRecord) -> tuple[int, int, int]:
             f"'attempt': job {job.id} has attempts 1 to {job.attempts}",
         )
     return number, args.offset, args.max_bytes
-
-
-def spec_view(spec: JobSpec) -> JobSpecView:
-    """The spec as listings carry it: without `env` (it can hold secrets and is large; `show`
-    sends it on request)."""
-    tracking, cluster = spec.tracking, spec.cluster
-    return JobSpecView(
-        name=spec.name,
-        command=list(spec.command),
-        shell=spec.shell,
-        workdir=spec.workdir,
-        gpus=spec.gpus,
-        memory_gb=spec.memory_gb,
-        sm_pct=spec.sm_pct,
-        dataset=spec.dataset,
-        selection=spec.selection,
-        priority=spec.priority,
-        max_attempts=spec.max_attempts,
-        group=spec.group,
-        after=list(spec.after),
-        time_limit_s=spec.time_limit_s,
-        sweep=spec.sweep,
-        tracking=None if tracking is None else TrackingView(**tracking.to_dict()),
-        cluster=None if cluster is None else ClusterView(**cluster.to_dict()),
-        preemptible=spec.preemptible,
-        preempt_signal=spec.preempt_signal if spec.preemptible else None,
-        preempt_grace_s=spec.preempt_grace_s if spec.preemptible else None,
-        begin_at=spec.begin_at,
-        comment=spec.comment,
-        array_job=spec.array_job,
-        array_task=spec.array_task,
-        array_limit=spec.array_limit,
-        after_any=list(spec.after_any),
-        after_notok=list(spec.after_notok),
-        notify=None if spec.notify is None else redact_secrets(spec.notify),
-    )

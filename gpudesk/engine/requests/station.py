@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Sequence
 
 import msgspec
 
@@ -16,7 +15,7 @@ from gpudesk.core import protocol, reconfigure
 from gpudesk.core.datasets import DatasetSpec
 from gpudesk.core.identity import Caller, user_name
 from gpudesk.core.protocol import ProtocolError
-from gpudesk.core.station import STATION_EVENT, StationConfig
+from gpudesk.core.station import STATION_EVENT
 from gpudesk.core.wire.requests import ConfigureArgs, DatasetsArgs, OpArgs, StatusArgs
 from gpudesk.core.wire.station import (
     ConfigureResult,
@@ -28,7 +27,6 @@ from gpudesk.core.wire.station import (
     PingResult,
     ShutdownResult,
     SlotCounts,
-    StationConfigView,
     StationInfo,
     StationStatus,
     UserShare,
@@ -190,7 +188,9 @@ class StationRequests(Requests):
                     self._metrics_moved(c) if c.key == "metrics_listen" else c for c in changes
                 ]
             parts.due.mark()
-        return _settings_reply(config, changes, weighed.not_applied, changed=bool(changes))
+        return reconfigure.settings_reply(
+            config, changes, weighed.not_applied, changed=bool(changes)
+        )
 
     def _settings_refusal(self, caller: Caller) -> str | None:
         """Why `caller` may change no station setting; None for an admin."""
@@ -222,7 +222,9 @@ class StationRequests(Requests):
         from before it answers `unknown_op` instead of applying the table."""
         weighed = self._weigh(args, caller)
         config = self.parts.station.config
-        return _settings_reply(config, weighed.changes, weighed.not_applied, changed=False)
+        return reconfigure.settings_reply(
+            config, weighed.changes, weighed.not_applied, changed=False
+        )
 
     def _metrics_moved(self, change: reconfigure.SettingChange) -> reconfigure.SettingChange:
         """Start, move or stop the metrics endpoint; the change says what came of it (a port in
@@ -261,20 +263,3 @@ class StationRequests(Requests):
             datasets=sorted(loaders.specs),
             specs=[LoaderSpec(**s.to_dict()) for _, s in sorted(loaders.specs.items())],
         )
-
-
-def _settings_reply(
-    config: StationConfig,
-    changes: Sequence[reconfigure.SettingChange],
-    not_applied: Sequence[reconfigure.SettingNotApplied],
-    *,
-    changed: bool,
-) -> ConfigureResult:
-    """`configure`'s and `check_configure`'s reply: the config in force and what the table
-    changed (or would), and what it did not apply."""
-    return ConfigureResult(
-        station=StationConfigView(**config.view()),
-        changed=changed,
-        changes=[change.view() for change in changes],
-        not_applied=[item.view() for item in not_applied],
-    )

@@ -22,7 +22,6 @@ from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.engine.store.database import Store
 from gpudesk.policy import job_gates, user_limits
-from gpudesk.text import safe_text
 from gpudesk.tracking.available import missing_for
 
 
@@ -87,10 +86,15 @@ class SubmitRequests(Requests):
                 base_env = check_env(base_env, inherited=True)
             except ValueError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"env: {exc}") from None
-        self._check_one_place(specs)
+        if problem := job_gates.one_place_problem(specs):
+            raise ProtocolError(protocol.INVALID_ARGS, problem)
         self.parts.control.backends.for_specs(specs).admit(specs)  # the station's size
         self._check_tracking(specs)
-        self._check_priorities(specs, caller)
+        access = self.parts.access  # a member's priority above the default: refused, whole
+        if not access.is_admin(caller) and (
+            refusal := user_limits.submit_priority_refusal(specs, access.admins)
+        ):
+            raise ProtocolError(protocol.REFUSED, refusal)
         self._check_queued_limit(caller, len(specs))
         return specs, base_env
 
@@ -130,18 +134,6 @@ class SubmitRequests(Requests):
                     raise ProtocolError(*refusal)
 
     @staticmethod
-    def _check_one_place(specs: list[JobSpec]) -> None:
-        """One request's jobs all run on the station or all on one cluster: a run is followed,
-        and refused, as a whole."""
-        places = {spec.cluster for spec in specs}
-        if len(places) > 1:
-            raise ProtocolError(
-                protocol.INVALID_ARGS,
-                "one request's jobs go to one place: some of these name a Slurm cluster and "
-                "some do not (or name another); submit them separately",
-            )
-
-    @staticmethod
     def _check_tracking(specs: list[JobSpec]) -> None:
         """Refuse, whole, jobs tracked to a store this engine's Python cannot reach (the mlflow
         extra is missing): each would run untracked while the user believes otherwise."""
@@ -165,19 +157,3 @@ class SubmitRequests(Requests):
         )
         if refusal:
             raise ProtocolError(protocol.REFUSED, refusal)
-
-    def _check_priorities(self, specs: list[JobSpec], caller: Caller) -> None:
-        """Refuse, whole, a member's submit that asks a priority above the default: only an
-        admin may raise one (policy/user_limits.py)."""
-        if self.parts.access.is_admin(caller):
-            return
-        for index, spec in enumerate(specs):
-            refusal = user_limits.priority_refusal(
-                user_limits.DEFAULT_PRIORITY, spec.priority, self.parts.access.admins
-            )
-            if refusal:
-                raise ProtocolError(
-                    protocol.REFUSED,
-                    f"jobs[{index}] ({safe_text(spec.name)!r}).priority: {refusal} "
-                    "Nothing was submitted.",
-                )

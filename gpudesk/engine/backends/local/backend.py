@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from typing import cast
 
 from gpudesk import diskspace
 from gpudesk.core.identity import Caller
-from gpudesk.core.job_changes import CancelQueued, JobChange, Requeue, SetHeld
+from gpudesk.core.job_changes import CancelQueued, JobOutcome, Planned
 from gpudesk.core.job_edit import JobEdit
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.core.wire.base import PlacementMode
 from gpudesk.core.wire.jobs import AttemptView, RemainingView, SubmitResult
 from gpudesk.engine.attempts import STOPPING, Attempts
-from gpudesk.engine.backends.base import JobOutcome, JobPart, LogFile, OwnerRead, state_phrase
+from gpudesk.engine.backends.base import JobPart, LogFile, OwnerRead
 from gpudesk.engine.backends.local import suspension
 from gpudesk.engine.backends.local.admission import check_station_fits, waits_for_change
 from gpudesk.engine.events import EventPublisher
@@ -31,12 +31,10 @@ from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
 from gpudesk.hw import runner
 from gpudesk.paths import Home
-from gpudesk.policy import user_limits
+from gpudesk.policy import job_changes, user_limits
 from gpudesk.policy.queue import JobQueue
 
 log = logging.getLogger("gpudesk.engine")
-# a job's change for the store, its event's message, and the job's outcome once stored
-Planned = tuple[JobChange, str, str]
 
 
 def attempt_reply(attempt: AttemptRecord) -> AttemptView:
@@ -202,52 +200,16 @@ class LocalBackend:
         return self.requeue_all([job])[job.id]
 
     def set_held_all(self, jobs: Sequence[JobRecord], held: bool) -> dict[int, JobOutcome]:
-        """Hold (`held`) or release queued jobs."""
-        outcomes: dict[int, JobOutcome] = {}
-        planned: list[Planned] = []
-        done = "held" if held else "released"
-        for job in jobs:
-            if job.state is not JobState.QUEUED:  # release refuses it as hold does
-                only = "a queued job can be held" if held else "a held job can be released"
-                outcomes[job.id] = JobOutcome(f"{state_phrase(job)}: only {only}", ok=False)
-            elif job.held == held:  # a release of a job free to start: what it asks
-                outcomes[job.id] = JobOutcome("already held" if held else "not held")
-            else:
-                planned.append((SetHeld(job, held), f"{done} by user", done))
+        """Hold (`held`) or release queued jobs (policy/job_changes.py)."""
+        outcomes, planned = job_changes.held(jobs, held)
         return self._change_all(planned, outcomes)
 
     def requeue_all(self, jobs: Sequence[JobRecord]) -> dict[int, JobOutcome]:
-        """Requeue finished jobs, each unless that would leave its owner more queued jobs than
-        `[station] max_queued_per_user` (whoever asks: the limit is the owner's), counting
-        those requeued before it."""
-        outcomes: dict[int, JobOutcome] = {}
-        planned: list[Planned] = []
-        requeued: Counter[int] = Counter()  # owner uid -> jobs requeued here, not yet queued
+        """Requeue finished jobs, within each owner's `[station] max_queued_per_user`
+        (policy/job_changes.py)."""
         limit = self.station.config.max_queued_per_user
-        for job in jobs:
-            uid = job.owner.uid
-            refusal = limit is not None and user_limits.queued_refusal(
-                limit,
-                job.user,
-                user_limits.queued_count(self.queue, uid) + requeued[uid],
-                1,
-                "requeueing",
-                f"Job {job.id} was not requeued",
-            )
-            if job.state is JobState.QUEUED:
-                outcomes[job.id] = JobOutcome("already queued" + (" (held)" if job.held else ""))
-            elif job.state is JobState.RUNNING:
-                refused = f"{state_phrase(job)}: only a finished job can be requeued"
-                outcomes[job.id] = JobOutcome(refused, ok=False)
-            elif refusal:
-                outcomes[job.id] = JobOutcome(refusal, ok=False)
-            else:
-                requeued[uid] += 1
-                said = (
-                    f"requeued by user (was {job.state.value}); attempt "
-                    f"{job.attempts + 1} next, {job.spec.max_attempts} allowed"
-                )
-                planned.append((Requeue(job), said, "requeued"))
+        queued = partial(user_limits.queued_count, self.queue)
+        outcomes, planned = job_changes.requeued(jobs, limit, queued)
         return self._change_all(planned, outcomes)
 
     def _change_all(

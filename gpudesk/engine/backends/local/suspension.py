@@ -9,10 +9,10 @@ from __future__ import annotations
 import signal
 
 from gpudesk import diskspace
+from gpudesk.core.job_changes import JobOutcome, state_phrase
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.engine.attempts import Attempts
-from gpudesk.engine.backends.base import JobOutcome, state_phrase
 from gpudesk.engine.live_attempt import LiveAttempt
 
 

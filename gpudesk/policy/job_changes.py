@@ -1,0 +1,69 @@
+"""The rules of the user's job control on the station: what holding, releasing or requeueing
+each job of a request does in the state it is in. For each job, the change the store writes
+(gpudesk.core.job_changes: with its event's message and the outcome once stored) or the
+outcome that says why nothing changes. The engine stores the changes of a request's slice in one
+transaction (engine/backends/local/backend.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from gpudesk.core.job_changes import JobOutcome, Planned, Requeue, SetHeld, state_phrase
+from gpudesk.core.jobs import JobState
+from gpudesk.core.records import JobRecord
+from gpudesk.policy import user_limits
+
+# Each job's outcome where nothing changes, and the changes planned for the others.
+Plan = tuple[dict[int, JobOutcome], list[Planned]]
+
+
+def held(jobs: Sequence[JobRecord], hold: bool) -> Plan:
+    """Hold (`hold`) or release queued jobs: a job in any other state is refused, as release
+    refuses it as hold does; a release of a job free to start is what it asks."""
+    outcomes: dict[int, JobOutcome] = {}
+    planned: list[Planned] = []
+    done = "held" if hold else "released"
+    for job in jobs:
+        if job.state is not JobState.QUEUED:
+            only = "a queued job can be held" if hold else "a held job can be released"
+            outcomes[job.id] = JobOutcome(f"{state_phrase(job)}: only {only}", ok=False)
+        elif job.held == hold:
+            outcomes[job.id] = JobOutcome("already held" if hold else "not held")
+        else:
+            planned.append((SetHeld(job, hold), f"{done} by user", done))
+    return outcomes, planned
+
+
+def requeued(jobs: Sequence[JobRecord], limit: int | None, queued: Callable[[int], int]) -> Plan:
+    """Requeue finished jobs, each unless that would leave its owner more queued jobs than
+    `[station] max_queued_per_user` (`limit`; whoever asks: the limit is the owner's), counting
+    those requeued before it (`queued(uid)`: the owner's jobs queued now)."""
+    outcomes: dict[int, JobOutcome] = {}
+    planned: list[Planned] = []
+    requeues: Counter[int] = Counter()  # owner uid -> jobs requeued here, not yet queued
+    for job in jobs:
+        uid = job.owner.uid
+        refusal = limit is not None and user_limits.queued_refusal(
+            limit,
+            job.user,
+            queued(uid) + requeues[uid],
+            1,
+            "requeueing",
+            f"Job {job.id} was not requeued",
+        )
+        if job.state is JobState.QUEUED:
+            outcomes[job.id] = JobOutcome("already queued" + (" (held)" if job.held else ""))
+        elif job.state is JobState.RUNNING:
+            refused = f"{state_phrase(job)}: only a finished job can be requeued"
+            outcomes[job.id] = JobOutcome(refused, ok=False)
+        elif refusal:
+            outcomes[job.id] = JobOutcome(refusal, ok=False)
+        else:
+            requeues[uid] += 1
+            said = (
+                f"requeued by user (was {job.state.value}); attempt "
+                f"{job.attempts + 1} next, {job.spec.max_attempts} allowed"
+            )
+            planned.append((Requeue(job), said, "requeued"))
+    return outcomes, planned
