@@ -1,5 +1,5 @@
-"""The user's hold, release, requeue and cancel of a queued job as data: what the store writes
-for each job of a request, all in one transaction (gpudesk.engine.store.job_changes), and the
+"""The user's hold, release, requeue, priority and cancel of a queued job as data: what the store
+writes for each job of a request, all in one transaction (gpudesk.engine.store.job_changes), and the
 record each leaves (`applied`), field for field what the store reads back after it, so the
 engine's queue and events need no read of each job after the write; and what each job-control
 action did to a job (`JobOutcome`), which gpudesk.policy.job_changes decides."""
@@ -75,6 +75,19 @@ class Requeue:
         )
 
 
-JobChange = CancelQueued | SetHeld | Requeue
+@dataclass(frozen=True)
+class SetPriority:
+    """A job's priority changed, in any state: it orders the queue when the job is, or next goes
+    back to, queued."""
+
+    job: JobRecord
+    priority: int
+
+    def applied(self, now: float) -> JobRecord:
+        spec = dataclasses.replace(self.job.spec, priority=self.priority)
+        return dataclasses.replace(self.job, spec=spec)
+
+
+JobChange = CancelQueued | SetHeld | Requeue | SetPriority
 # a job's change for the store, its event's message, and the job's outcome once stored
 Planned = tuple[JobChange, str, str]

@@ -1,5 +1,5 @@
-"""The user's job control: cancel, hold, release, priority and requeue, one job at a time, each
-with an outcome that says what it did (or why it did nothing)."""
+"""The user's job control: cancel, hold, release, priority and requeue, each job with an outcome
+that says what it did (or why it did nothing)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gpudesk.core.field_checks import reads_as_job_id
-from gpudesk.core.job_changes import JobOutcome, state_phrase
-from gpudesk.core.jobs import PRIORITY_RANGE, TERMINAL_STATES, JobSpec, JobState
+from gpudesk.core.job_changes import JobOutcome
+from gpudesk.core.jobs import PRIORITY_RANGE, TERMINAL_STATES, JobSpec
 from gpudesk.core.records import JobRecord
 from gpudesk.engine.backends.base import Backend, JobsView
 from gpudesk.engine.backends.local import LocalBackend
@@ -16,6 +16,7 @@ from gpudesk.engine.backends.slurm import SlurmBackend
 from gpudesk.engine.backends.slurm_jobs import SlurmJobs
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import UnknownJob
+from gpudesk.policy import job_changes
 
 __all__ = ["Backends", "JobControl", "JobOutcome"]
 
@@ -97,21 +98,13 @@ class JobControl:
             return JobOutcome(f"already {job.state.value}: {name} not sent", ok=False)
         return self.backends.for_job(job).signal(job, name, by)
 
-    def set_priority(self, job: JobRecord, priority: int) -> JobOutcome:
-        old = job.spec.priority
-        if priority == old:
-            low, high = PRIORITY_RANGE
-            limit = " (the highest)" if old == high else " (the lowest)" if old == low else ""
-            return JobOutcome(f"priority stays {old}{limit}")
-        message = f"priority {old} -> {priority}"
-        self.backends.local.changed(self.store.set_priority(job.id, priority), f"{message} by user")
-        if job.state is JobState.QUEUED:
-            return JobOutcome(message)
-        later = "a retry" if job.state is JobState.RUNNING else "a requeue"
-        return JobOutcome(
-            f"{message}; {state_phrase(job)}, so it changes nothing now "
-            f"(it orders the queue after {later})"
-        )
+    def set_priorities(
+        self, jobs: Sequence[JobRecord], wanted: Callable[[JobRecord], int | JobOutcome]
+    ) -> dict[int, JobOutcome]:
+        """Each job given the priority `wanted` says (or its refusal), on any backend
+        (policy/job_changes.py): the changes stored in one transaction."""
+        outcomes, planned = job_changes.prioritized(jobs, wanted)
+        return self.backends.local.change_all(planned, outcomes)
 
     @staticmethod
     def moved_priority(job: JobRecord, delta: int) -> int:

@@ -1,16 +1,23 @@
-"""The rules of the user's job control on the station: what holding, releasing or requeueing
-each job of a request does in the state it is in. For each job, the change the store writes
-(gpudesk.core.job_changes: with its event's message and the outcome once stored) or the
-outcome that says why nothing changes. The engine stores the changes of a request's slice in one
-transaction (engine/backends/local/backend.py)."""
+"""The rules of the user's job control: what holding, releasing or requeueing each of a
+request's station jobs, or changing any job's priority, does in the state it is in. For each
+job, the change the store writes (gpudesk.core.job_changes: with its event's message and the
+outcome once stored) or the outcome that says why nothing changes. The engine stores a
+request's changes in one transaction (engine/backends/local/backend.py)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from gpudesk.core.job_changes import JobOutcome, Planned, Requeue, SetHeld, state_phrase
-from gpudesk.core.jobs import JobState
+from gpudesk.core.job_changes import (
+    JobOutcome,
+    Planned,
+    Requeue,
+    SetHeld,
+    SetPriority,
+    state_phrase,
+)
+from gpudesk.core.jobs import PRIORITY_RANGE, JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.policy import user_limits
 
@@ -66,4 +73,30 @@ def requeued(jobs: Sequence[JobRecord], limit: int | None, queued: Callable[[int
                 f"{job.attempts + 1} next, {job.spec.max_attempts} allowed"
             )
             planned.append((Requeue(job), said, "requeued"))
+    return outcomes, planned
+
+
+def prioritized(jobs: Sequence[JobRecord], wanted: Callable[[JobRecord], int | JobOutcome]) -> Plan:
+    """Each job given the priority `wanted` says (or its refusal), in any state: a queued job
+    moves in the queue; a running or finished one keeps it for a retry or a requeue, and its
+    outcome says it changes nothing now."""
+    outcomes: dict[int, JobOutcome] = {}
+    planned: list[Planned] = []
+    low, high = PRIORITY_RANGE
+    for job in jobs:
+        new, old = wanted(job), job.spec.priority
+        if isinstance(new, JobOutcome):
+            outcomes[job.id] = new
+        elif new == old:
+            limit = " (the highest)" if old == high else " (the lowest)" if old == low else ""
+            outcomes[job.id] = JobOutcome(f"priority stays {old}{limit}")
+        else:
+            said = message = f"priority {old} -> {new}"
+            if job.state is not JobState.QUEUED:
+                later = "a retry" if job.state is JobState.RUNNING else "a requeue"
+                said += (
+                    f"; {state_phrase(job)}, so it changes nothing now "
+                    f"(it orders the queue after {later})"
+                )
+            planned.append((SetPriority(job, new), f"{message} by user", said))
     return outcomes, planned

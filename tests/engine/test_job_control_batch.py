@@ -18,7 +18,7 @@ from store_refusal import FULL_DISK, store_refusing
 from test_job_control_store import set_held  # same folder: on sys.path under pytest
 
 from gpudesk.core.identity import Caller, Identity
-from gpudesk.core.job_changes import CancelQueued, Requeue, SetHeld
+from gpudesk.core.job_changes import CancelQueued, Requeue, SetHeld, SetPriority
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.store.database import Store
@@ -83,6 +83,15 @@ def test_many_jobs_are_changed_in_one_commit_read_at_once_each_outcome_its_own(
     commits, _, results = commits_and_reads("release", waiting[:250])
     assert commits == 1
     assert [r["outcome"] for r in results] == ["released"] * 200 + ["not held"] * 50
+    # priority too, in any state: one commit (it was one a job)
+    commits, reads, results = commits_and_reads("priority", [*waiting[:249], done[0]], delta=1)
+    assert (commits, reads) == (1, 1)
+    later = "already succeeded, so it changes nothing now (it orders the queue after a requeue)"
+    assert [r["outcome"] for r in results] == ["priority 0 -> 1"] * 249 + [
+        f"priority 0 -> 1; {later}"
+    ]
+    assert [j.spec.priority for j in engine.store.jobs(ids=[waiting[0], done[0]])] == [1, 1]
+    assert engine.engine.queue.get(waiting[0]) == engine.store.job(waiting[0])  # moved in it
 
     commits, reads, results = commits_and_reads("cancel", [*waiting[:250], done[0]])
     assert (commits, reads) == (1, 1)  # the finished one read with the others not queued
@@ -124,14 +133,16 @@ def test_a_change_the_store_refuses_leaves_that_job_as_it_was_here_and_in_the_st
     waiting, done = filled(engine, queued=20, finished=20)
     db, queue = engine.engine.home.db, engine.engine.queue
     for op, jobs, refused in (
+        ("priority", waiting[:10], waiting[3]),
         ("cancel", waiting[:10], waiting[4]),
         ("hold", waiting[10:], waiting[12]),
         ("requeue", done, done[7]),
     ):
         before = engine.store.job(refused).state.value
         when = f"BEFORE INSERT ON events WHEN NEW.job_id = {refused}"
+        args = {"priority": 5} if op == "priority" else {}
         with store_refusing(db, when, FULL_DISK):
-            results = engine.ok(me, op, jobs=jobs)["results"]
+            results = engine.ok(me, op, jobs=jobs, **args)["results"]
         outcomes = {r["id"]: (r["ok"], r["outcome"]) for r in results}
         ok, said = outcomes.pop(refused)
         assert not ok and said.startswith(DISK_FULL), said
@@ -140,6 +151,7 @@ def test_a_change_the_store_refuses_leaves_that_job_as_it_was_here_and_in_the_st
         assert (refused in queue) == (op != "requeue")
         assert queue.get(refused) in (None, engine.store.job(refused))
     assert [job_id for job_id in waiting if job_id in queue] == [waiting[4], *waiting[10:]]
+    assert engine.store.job(waiting[3]).spec.priority == 0  # its priority refused, then cancelled
     assert [queue.get(j).held for j in waiting[10:]] == [True] * 2 + [False] + [True] * 7
     assert all(engine.store.job(j) == queue.get(j) for j in waiting[10:])
 
@@ -196,8 +208,10 @@ def test_each_change_says_the_record_the_store_reads_back(tmp_path: Path) -> Non
             SetHeld(store.job(held.id), False),
             Requeue(store.job(finished.id)),
         ]
-        assert store.change_jobs(changes, refused=lambda _exc: False, now=1000.0) == [None] * 3
-        for change in changes:
+        changes.append(SetPriority(changes[1].applied(1000.0), -3))  # after the release
+        changes.append(SetPriority(changes[2].applied(1000.0), 9))  # after the requeue
+        assert store.change_jobs(changes, refused=lambda _exc: False, now=1000.0) == [None] * 5
+        for change in changes[:1] + changes[3:]:  # each job's last change
             assert change.applied(1000.0) == store.job(change.job.id), change
         assert store.job(finished.id).attempts_before_requeue == 2
     finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudesk.core.job_changes import Requeue, SetHeld
+from gpudesk.core.job_changes import Requeue, SetHeld, SetPriority
 from gpudesk.core.jobs import InvalidTransition, JobSpec, JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.engine.station.telemetry_sink import local_midnight
@@ -28,6 +28,11 @@ def spec(name: str = "j", **extra: object) -> JobSpec:
 def set_held(store: Store, job_id: int, held: bool) -> JobRecord:
     """Hold or release one job, as a request of one does (engine/store/job_changes.py)."""
     store.change_jobs([SetHeld(store.job(job_id), held)], lambda _exc: False)
+    return store.job(job_id)
+
+
+def set_priority(store: Store, job_id: int, priority: int) -> JobRecord:
+    store.change_jobs([SetPriority(store.job(job_id), priority)], lambda _exc: False)
     return store.job(job_id)
 
 
@@ -115,17 +120,17 @@ def test_only_a_queued_job_can_be_held_and_leaving_the_queue_clears_it(
 # -------------------------------------------------------------------- priority
 def test_set_priority_rewrites_the_spec_and_the_queue_order(store: Store, tmp_path: Path) -> None:
     a, _, c = store.submit([spec("a"), spec("b"), spec("c")])
-    changed = store.set_priority(c.id, 7)
+    changed = set_priority(store, c.id, 7)
     assert changed.spec.priority == 7 and changed.spec.command == ("true",)
     assert [j.name for j in store.queued()] == ["c", "a", "b"]
-    store.set_priority(c.id, -1)
+    set_priority(store, c.id, -1)
     assert [j.name for j in store.queued()] == ["a", "b", "c"]
     assert [e.message for e in store.events(c.id) if e.kind == "priority"] == [
         "priority 0 -> 7 by user",
         "priority 7 -> -1 by user",
     ]
     store.start_attempt(a.id, {"slot": "cpu:0"}, tmp_path)
-    assert store.set_priority(a.id, 3).spec.priority == 3  # kept for a retry
+    assert set_priority(store, a.id, 3).spec.priority == 3  # kept for a retry
 
 
 # --------------------------------------------------------------------- requeue

@@ -39,7 +39,7 @@ class JobActionRequests(Requests):
         args: JobRefsArgs,
         caller: Caller,
         verb: str,
-        action: Callable[[JobRecord], JobOutcome],
+        action: Callable[[JobRecord], JobOutcome] | None,
         at_once: Callable[[list[JobRecord]], dict[int, JobOutcome]] | None = None,
     ) -> ActionResult:
         """The shape of every job-control op: resolve all of `args["jobs"]` (ids or names)
@@ -47,19 +47,25 @@ class JobActionRequests(Requests):
         once; the outcomes in the order given. A job the caller may not `verb` (not theirs,
         and they are no admin) is refused on its own: its outcome names the rule, the others
         go on; so is one whose change the store could not take (a full disk). `at_once`: the
-        station's jobs it takes, their changes stored in one transaction (a refused commit
-        leaves each as it was); the rest one by one (`action`), those before a refused one
-        staying changed."""
+        station's jobs it takes (every job, where there is no `action`), their changes stored
+        in one transaction (a refused commit leaves each as it was); the rest one by one
+        (`action`), those before a refused one staying changed."""
         jobs = self._find_all(args.jobs, "jobs").values()
         refusals = {job.id: self.parts.access.job_refusal(caller, job, verb) for job in jobs}
         backends = self.parts.control.backends
-        station = [j for j in jobs if not refusals[j.id] and backends.for_job(j) is backends.local]
-        done = at_once(station) if at_once and station else {}
+        batch = [
+            job
+            for job in jobs
+            if not refusals[job.id] and (action is None or backends.for_job(job) is backends.local)
+        ]
+        done = at_once(batch) if at_once and batch else {}
         results = []
         for job in jobs:
             refusal = refusals[job.id]
             outcome = JobOutcome(refusal, ok=False) if refusal else done.get(job.id)
-            outcome = outcome or self._acted(job, action)
+            if outcome is None:
+                assert action is not None  # without one, `at_once` answers for every job
+                outcome = self._acted(job, action)
             results.append(
                 ActionOutcome(id=job.id, name=job.name, outcome=outcome.message, ok=outcome.ok)
             )
@@ -102,8 +108,10 @@ class JobActionRequests(Requests):
         """{"jobs": [refs], "priority": int} sets the priority (submit's range), or
         {"jobs": [refs], "delta": int} moves it (+1 raises, -1 lowers; kept in the range).
         A queued job moves in the queue at once; a running or finished one keeps the new
-        priority for a retry or a requeue, and its outcome says it changes nothing now."""
-        control = self.parts.control
+        priority for a retry or a requeue, and its outcome says it changes nothing now. A
+        caller who is no admin may not raise one above the default (policy/user_limits.py).
+        Every job's change is stored with the others' (engine/store/job_changes.py)."""
+        control, access = self.parts.control, self.parts.access
         priority, step = args.priority, args.delta
         if (priority is None) == (step is None):
             raise ProtocolError(
@@ -111,28 +119,16 @@ class JobActionRequests(Requests):
                 "give either 'priority' (the new value) "
                 "or 'delta' (+1 raises, -1 lowers), not both",
             )
-        if priority is not None:
-            return self.act_on_jobs(
-                args, caller, "re-prioritize", lambda job: self._reprioritize(caller, job, priority)
-            )
-        assert step is not None
-        return self.act_on_jobs(
-            args,
-            caller,
-            "re-prioritize",
-            lambda job: self._reprioritize(caller, job, control.moved_priority(job, step)),
-        )
+        admin = access.is_admin(caller)
 
-    def _reprioritize(self, caller: Caller, job: JobRecord, wanted: int) -> JobOutcome:
-        """Set `job`'s priority to `wanted`, unless the caller is no admin and that raises it
-        above the default (policy/user_limits.py): then the outcome is the refusal."""
-        if not self.parts.access.is_admin(caller):
-            refusal = user_limits.priority_refusal(
-                job.spec.priority, wanted, self.parts.access.admins
-            )
-            if refusal:
-                return JobOutcome(refusal, ok=False)
-        return self.parts.control.set_priority(job, wanted)
+        def wanted(job: JobRecord) -> int | JobOutcome:
+            new = control.moved_priority(job, step or 0) if priority is None else priority
+            old, admins = job.spec.priority, access.admins
+            refusal = None if admin else user_limits.priority_refusal(old, new, admins)
+            return JobOutcome(refusal, ok=False) if refusal else new
+
+        at_once = partial(control.set_priorities, wanted=wanted)
+        return self.act_on_jobs(args, caller, "re-prioritize", None, at_once)
 
     def requeue(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
         """{"jobs": [refs]}: put finished jobs (failed, cancelled, or succeeded to rerun them)

@@ -1,16 +1,18 @@
-"""Hold, release, requeue and the cancel of queued jobs (gpudesk.core.job_changes), a request's
-all written in one transaction: a commit a job held the engine's loop 0.1-0.2 s for a request
-naming 1,000 jobs (docs/benchmarks.md, "Job control of many jobs at once"). Each change has a
-savepoint of its own: one the store refuses (a full disk) is rolled back alone; a refused
-commit leaves none."""
+"""Hold, release, requeue, priority and the cancel of queued jobs (gpudesk.core.job_changes), a
+request's all written in one transaction: a commit a job held the engine's loop 0.1-0.2 s for
+a request naming 1,000 jobs (docs/benchmarks.md, "Job control of many jobs at once"). Each
+change has a savepoint of its own: one the store refuses (a full disk) is rolled back alone; a
+refused commit leaves none."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
 
-from gpudesk.core.job_changes import CancelQueued, JobChange, SetHeld
+from gpudesk.core.job_changes import CancelQueued, JobChange, SetHeld, SetPriority
 from gpudesk.core.jobs import InvalidTransition, JobState
 from gpudesk.engine.store.jobs import JobTables
 from gpudesk.text import safe_text
@@ -58,6 +60,12 @@ class JobChangeTables(JobTables):
                 raise InvalidTransition(f"{only}; job {job_id} is {state}")
             said = "held by user" if held else "released by user"
             self._add_event(conn, "hold" if held else "release", said, job_id=job_id, now=now)
+        elif isinstance(change, SetPriority):
+            old, new = change.job.spec.priority, change.priority
+            spec = json.dumps(dataclasses.replace(change.job.spec, priority=new).to_dict())
+            conn.execute("UPDATE jobs SET spec = ?, priority = ? WHERE id = ?", (spec, new, job_id))
+            said = f"priority {old} -> {new} by user"
+            self._add_event(conn, "priority", said, job_id=job_id, now=now)
         else:
             state = self._state(conn, job_id)
             if not state.terminal:

@@ -213,29 +213,6 @@ class JobTables(StoreConnection):
             self._transition(conn, job_id, state, reason, now, ended_at=now, reason=reason, held=0)
 
     # ------------------------------------------------------------ job control
-    def set_priority(self, job_id: int, priority: int, now: float | None = None) -> JobRecord:
-        """Change a job's priority (its spec and the queue-order column) in any state; it
-        orders the queue, so it matters when the job is, or next goes back to, queued."""
-        now = now or time.time()
-        with self.transaction() as conn:
-            row = conn.execute("SELECT spec FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is None:
-                raise UnknownJob(f"no job with id {job_id}")
-            spec = JobSpec.from_stored(json.loads(row["spec"]))
-            changed = dataclasses.replace(spec, priority=priority)
-            conn.execute(
-                "UPDATE jobs SET spec = ?, priority = ? WHERE id = ?",
-                (json.dumps(changed.to_dict()), priority, job_id),
-            )
-            self._add_event(
-                conn,
-                "priority",
-                f"priority {spec.priority} -> {priority} by user",
-                job_id=job_id,
-                now=now,
-            )
-        return self.job(job_id)
-
     def edit(self, job_id: int, edit: JobEdit, now: float | None = None) -> JobRecord:
         """A queued job's new spec (and submitted environment, given one) with its `edit` event,
         in one transaction; its id, priority and so its place stay. InvalidTransition if it is

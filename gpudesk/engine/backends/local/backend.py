@@ -188,7 +188,7 @@ class LocalBackend:
         """The queued ones of `jobs` cancelled (a running one's cancel is `cancel`'s)."""
         said = "cancelled while queued"
         queued = [job for job in jobs if job.state is JobState.QUEUED]
-        return self._change_all([(CancelQueued(job, said), said, "cancelled") for job in queued])
+        return self.change_all([(CancelQueued(job, said), said, "cancelled") for job in queued])
 
     def hold(self, job: JobRecord) -> JobOutcome:
         return self.set_held_all([job], True)[job.id]
@@ -202,7 +202,7 @@ class LocalBackend:
     def set_held_all(self, jobs: Sequence[JobRecord], held: bool) -> dict[int, JobOutcome]:
         """Hold (`held`) or release queued jobs (policy/job_changes.py)."""
         outcomes, planned = job_changes.held(jobs, held)
-        return self._change_all(planned, outcomes)
+        return self.change_all(planned, outcomes)
 
     def requeue_all(self, jobs: Sequence[JobRecord]) -> dict[int, JobOutcome]:
         """Requeue finished jobs, within each owner's `[station] max_queued_per_user`
@@ -210,9 +210,9 @@ class LocalBackend:
         limit = self.station.config.max_queued_per_user
         queued = partial(user_limits.queued_count, self.queue)
         outcomes, planned = job_changes.requeued(jobs, limit, queued)
-        return self._change_all(planned, outcomes)
+        return self.change_all(planned, outcomes)
 
-    def _change_all(
+    def change_all(
         self, planned: list[Planned], outcomes: dict[int, JobOutcome] | None = None
     ) -> dict[int, JobOutcome]:
         """`outcomes`, and each planned job's: the changes stored in one transaction, then each
