@@ -25,6 +25,7 @@ from gpudesk.core.jobs import TERMINAL_STATE_NAMES, JobSpec
 from gpudesk.core.station import StationConfig
 from gpudesk.core.wire.jobs import JobDetail, JobView
 from gpudesk.engine.daemon import Engine
+from gpudesk.engine.offloop import Pending
 from gpudesk.engine.store.database import Store
 from gpudesk.hw import containment
 from gpudesk.hw.runner import read_wrapper_pid
@@ -294,8 +295,19 @@ class EngineInProcess:
         self.engine = Engine(home, self.store, config, access)
 
     def call(self, caller: Caller, op: str, **args: object) -> dict:
+        """The reply, as the socket would send it: one a handler answers in later turns of the
+        loop (`NextTurn`, a request acted on in slices) is driven here, turn by turn."""
         raw = json.dumps({"v": 1, "id": 1, "op": op, "args": args}).encode()
-        return json.loads(self.engine.handlers.handle(raw, caller))  # type: ignore[no-any-return]
+        answer = self.engine.handlers.handle(raw, caller)
+        if isinstance(answer, Pending):
+            posted: list[bytes] = []
+            answer.start(posted.append)
+            for _turn in range(100_000):
+                if posted:
+                    break
+                self.engine.offloop.deliver()  # the loop's next turn
+            answer = posted[0]
+        return json.loads(answer)  # type: ignore[no-any-return]
 
     def ok(self, caller: Caller, op: str, **args: object) -> dict:
         reply = self.call(caller, op, **args)

@@ -1,4 +1,5 @@
-"""Work a request needs that may wait (a subprocess, a user's file, a lock), done off the loop.
+"""Work a request needs that may wait (a subprocess, a user's file, a lock), done off the loop;
+and work too long for one turn of the loop, done a slice a turn (`NextTurn`).
 
 The engine's loop serves every client, so a request handler never waits: one that needs slow or
 blocking work returns `Later(work, finish, bound_s, what)`. `work` runs on a worker thread and
@@ -13,6 +14,11 @@ Bounds, so one member cannot use up the workers:
   gives it its own timeout below this bound, so threads do not pile up.
 - `WORKERS` threads in all; at most `PER_USER` pieces of one user's work in flight or waiting.
   More are refused at once, naming the limit.
+
+A handler whose work is long but needs the loop's state (a cancel of thousands of jobs) answers
+`NextTurn` instead (`in_turns` makes one of a generator that yields between its slices): each
+slice runs on a later turn, one slice a turn, so every other client is answered and placement
+runs between two slices (issue 36: no request holds the loop more than 50 ms).
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -58,9 +65,28 @@ class Later(Generic[T]):
 
 
 @dataclass(frozen=True)
+class NextTurn:
+    """A handler's answer that comes after more turns of the loop: `step()` runs on the loop at
+    a later turn and answers the reply, or another NextTurn."""
+
+    step: Callable[[], msgspec.Struct | NextTurn]
+
+
+def in_turns(work: Generator[None, None, Any]) -> Any:
+    """`work` run to its next `yield`: its result where it ends before one, else a NextTurn
+    that goes on from there on a later turn."""
+    try:
+        next(work)
+    except StopIteration as end:
+        return end.value
+    return NextTurn(lambda: in_turns(work))
+
+
+@dataclass(frozen=True)
 class Pending:
-    """What `RequestHandlers.handle` returns for a `Later`: the socket calls `start(post)` and
-    holds the connection's next request until `post(reply)` is called (on the loop)."""
+    """What `RequestHandlers.handle` returns for a `Later` or a `NextTurn`: the socket calls
+    `start(post)` and holds the connection's next request until `post(reply)` is called (on the
+    loop)."""
 
     start: Callable[[Callable[[bytes], None]], None]
 
@@ -90,6 +116,7 @@ class OffLoop:
     )
     _in_flight: list[_Task] = field(default_factory=list)
     _threads: list[threading.Thread] = field(default_factory=list)
+    _turns: deque[Callable[[], None]] = field(default_factory=deque)  # NextTurn steps, in order
 
     def submit(
         self,
@@ -114,8 +141,19 @@ class OffLoop:
             self._start_thread()
         self._todo.put(task)
 
+    def next_turn(self, step: Callable[[], None]) -> None:
+        """Run `step` on the loop at a later turn (`deliver`'s), after the steps queued before."""
+        self._turns.append(step)
+
     def deliver(self) -> None:
-        """On the loop: hand finished work to its `done`, and time out what is overdue."""
+        """On the loop: hand finished work to its `done`, time out what is overdue, and run the
+        next step of work done in turns (one a turn: each is a slice of a request's work)."""
+        if self._turns:
+            step = self._turns.popleft()
+            try:
+                step()
+            except Exception:
+                log.exception("a request's next step failed")
         while True:
             try:
                 task, result, error = self._done.get_nowait()
@@ -132,6 +170,8 @@ class OffLoop:
                 )
 
     def poll_timeout(self, timeout: float) -> float:
+        if self._turns:
+            return 0.0  # the next step runs at the next turn, once the clients are served
         if not self._in_flight:
             return timeout
         soonest = min(task.deadline for task in self._in_flight)

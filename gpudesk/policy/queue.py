@@ -2,8 +2,9 @@
 then first come) so the policy gets an ordered queue without a sort on every decision.
 
 A held job stays in the queue at its place (so releasing it puts it back where it was) but is
-not placeable; so does a job waiting for the jobs it runs after (`blocked`). A changed job
-(held, released, a new priority) is re-added: `add` replaces."""
+not placeable; so does a job waiting for the jobs it runs after (`blocked`), and one a
+job-control request in flight named and has not acted on yet (`claims`). A changed job (held,
+released, a new priority) is re-added: `add` replaces."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from gpudesk.core.records import JobRecord
+from gpudesk.policy.job_claims import JobClaims
 
 
 def order_key(job: JobRecord) -> tuple[int, int]:
@@ -28,6 +30,7 @@ class JobQueue:
         self._owned: Counter[int] = Counter()
         # queued job id -> the job it waits for (`after`), as the scheduler last found it
         self.blocked: dict[int, JobRecord] = {}
+        self.claims = JobClaims()  # the jobs requests in flight named (policy/job_claims.py)
         for job in jobs:
             self.add(job)
 
@@ -74,13 +77,14 @@ class JobQueue:
 
     def placeable(self) -> list[JobRecord]:
         """The queued jobs a policy may start (not held, not waiting for another job, not
-        before their begin time), in placement order."""
+        before their begin time, not named by a request in flight), in placement order."""
         now = time.time()
         return [
             job
             for job in self.ordered()
             if not job.held
             and job.id not in self.blocked
+            and job.id not in self.claims
             and (job.spec.begin_at is None or job.spec.begin_at <= now)
         ]
 

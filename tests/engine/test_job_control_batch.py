@@ -21,6 +21,7 @@ from gpudesk.core.identity import Caller, Identity
 from gpudesk.core.job_changes import CancelQueued, Requeue, SetHeld, SetPriority
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.station import StationConfig
+from gpudesk.engine.requests.job_actions import SLICE_JOBS
 from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
@@ -59,11 +60,16 @@ def stored(db: Path, ids: list[int]) -> dict[int, tuple[str, bool]]:
         conn.close()
 
 
-def test_many_jobs_are_changed_in_one_commit_read_at_once_each_outcome_its_own(
+def test_many_jobs_are_changed_in_one_commit_a_slice_read_at_once_each_outcome_its_own(
     in_process: EngineInProcess,
 ) -> None:
+    """A request's jobs are acted on SLICE_JOBS at a time (a slice a turn of the loop): each
+    slice's changes in one commit, its jobs not queued read in one query; the outcomes in the
+    order the jobs were named, whatever the slices."""
+    assert SLICE_JOBS == 250  # the slices below
     engine, me = in_process, Caller.of_process()
     waiting, done = filled(engine)
+    queue = engine.engine.queue
     statements: list[str] = []
     engine.store._conn.set_trace_callback(statements.append)
 
@@ -83,7 +89,7 @@ def test_many_jobs_are_changed_in_one_commit_read_at_once_each_outcome_its_own(
     commits, _, results = commits_and_reads("release", waiting[:250])
     assert commits == 1
     assert [r["outcome"] for r in results] == ["released"] * 200 + ["not held"] * 50
-    # priority too, in any state: one commit (it was one a job)
+    # priority too: one commit for the slice (it was one a job), in any state
     commits, reads, results = commits_and_reads("priority", [*waiting[:249], done[0]], delta=1)
     assert (commits, reads) == (1, 1)
     later = "already succeeded, so it changes nothing now (it orders the queue after a requeue)"
@@ -91,24 +97,27 @@ def test_many_jobs_are_changed_in_one_commit_read_at_once_each_outcome_its_own(
         f"priority 0 -> 1; {later}"
     ]
     assert [j.spec.priority for j in engine.store.jobs(ids=[waiting[0], done[0]])] == [1, 1]
-    assert engine.engine.queue.get(waiting[0]) == engine.store.job(waiting[0])  # moved in it
+    assert queue.get(waiting[0]) == engine.store.job(waiting[0])  # moved in the queue
 
     commits, reads, results = commits_and_reads("cancel", [*waiting[:250], done[0]])
-    assert (commits, reads) == (1, 1)  # the finished one read with the others not queued
+    assert (commits, reads) == (1, 1)  # the finished one read in its slice, the queued not
     assert [r["outcome"] for r in results] == ["cancelled"] * 250 + ["already succeeded"]
-    queue = engine.engine.queue
     assert all(job_id not in queue for job_id in waiting[:250])
     assert set(stored(engine.engine.home.db, waiting[:250]).values()) == {("cancelled", False)}
 
-    again = [*waiting[:250], *done, waiting[-1]]  # cancelled, finished, and one still queued
+    # cancelled, finished, and one still queued: 551 jobs, three slices of one commit each,
+    # each reading the jobs of its slice that are not queued, in one query
+    again = [*waiting[:250], *done, waiting[-1]]
     commits, reads, results = commits_and_reads("requeue", again)
-    assert (commits, reads) == (1, 1)
+    assert (commits, reads) == (3, 3)
+    assert [r["id"] for r in results] == again
     assert [r["outcome"] for r in results] == ["requeued"] * 550 + ["already queued (held)"]
     assert all(job_id in queue for job_id in [*waiting, *done])
     for job_id in (waiting[0], done[0]):
         assert engine.store.job(job_id) == queue.get(job_id)  # the queue's copy is the store's
     events = [e.message for e in engine.store.events(done[0])]
     assert events[-1] == "requeued by user (was succeeded)"
+    assert not any(job_id in queue.claims for job_id in again)  # the request let them go
 
 
 def test_max_queued_per_user_counts_the_jobs_the_same_request_requeues(

@@ -6,7 +6,7 @@ their type (`gpudesk.core.wire.requests`) before its handler is called.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,7 @@ from gpudesk.engine.backends.slurm import SlurmBackend
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import JobControl
 from gpudesk.engine.learning import StationLearning
-from gpudesk.engine.offloop import Later, OffLoop
+from gpudesk.engine.offloop import Later, NextTurn, OffLoop
 from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.services.loaders import LoaderSupervisor
 from gpudesk.engine.services.metrics.exporter import MetricsExporter
@@ -41,8 +41,8 @@ from gpudesk.policy.queue import JobQueue
 from gpudesk.text import is_text, quoted
 
 # An op's handler: its arguments (decoded into the op's type in gpudesk.core.wire.requests) and
-# who asks in, its reply (or the work that builds it later) out.
-Handler = Callable[[Any, Caller], "msgspec.Struct | Later[Any]"]
+# who asks in, its reply (or the work that builds it later, or its next slice) out.
+Handler = Callable[[Any, Caller], "msgspec.Struct | Later[Any] | NextTurn"]
 
 
 @dataclass(frozen=True)
@@ -107,46 +107,47 @@ class Requests:
         usage = self.parts.telemetry.job_usage(job_ids, self.parts.attempts.attempt_numbers())
         return msgspec.convert(usage, dict[int, UsageSummary])
 
-    def _find(
-        self, ref: JobRef, field: str, read: Mapping[int, JobRecord] | None = None
-    ) -> JobRecord:
+    def _find(self, ref: JobRef, field: str) -> JobRecord:
         """A job by id (int or digits) or by name (the newest job of that name); `field` names
-        the argument in the error for a ref that is neither. `read`: jobs read already, by id."""
-        if ref == "":
-            raise ProtocolError(
-                protocol.INVALID_ARGS, f"'{field}': a job is named by its id or its name"
-            )
-        if isinstance(ref, str) and reads_as_job_id(ref):  # "12", not "²"
-            ref = int(ref) if len(ref) <= 19 else MAX_ROW_ID + 1  # int() stops at 4300 digits
-        if isinstance(ref, int) and not -MAX_ROW_ID <= ref <= MAX_ROW_ID:
-            raise ProtocolError(
-                protocol.INVALID_ARGS, f"'{field}': a job id is at most {MAX_ROW_ID}"
-            )
-        if isinstance(ref, str) and not is_text(ref):
-            raise ProtocolError(
-                protocol.INVALID_ARGS,
-                f"'{field}': a job name is UTF-8 text; {quoted(ref)} holds bytes that are not",
-            )
-        if read is not None and isinstance(ref, int) and ref in read:
-            return read[ref]
-        return self.parts.control.find(ref)
+        the argument in the error for a ref that is neither."""
+        return self.parts.control.find(_checked_ref(ref, field))
 
-    def _find_all(self, refs: Sequence[JobRef], field: str) -> dict[int, JobRecord]:
-        """The jobs `refs` name (`_find`'s way), each once, in the order first named; those
-        named by id read at once: a queued one as the queue holds it (the engine keeps that copy
-        as the store has it: the scheduler starts jobs from it), the others in one query (a
-        request naming 1,000 spent 20 ms of the loop reading them one by one)."""
+    def _find_ids(self, refs: Sequence[JobRef], field: str) -> list[int]:
+        """The ids of the jobs `refs` name (`_find`'s way: one that names no job raises), each
+        once, in the order first named. The ids named are looked up at once (in the queue, the
+        others in one query of ids alone, 1,000 of them in about a millisecond); the jobs are
+        read later, a slice at a time (engine/requests/job_actions.py)."""
         digits = (int(r) for r in refs if isinstance(r, str) and reads_as_job_id(r) and len(r) < 20)
         named = {*digits, *(r for r in refs if isinstance(r, int))}
         ids = [i for i in named if -MAX_ROW_ID <= i <= MAX_ROW_ID]
-        read = {i: job for i in ids if (job := self.parts.queue.get(i)) is not None}
-        if unread := [i for i in ids if i not in read]:
-            read.update((job.id, job) for job in self.parts.store.jobs(ids=unread))
-        jobs: dict[int, JobRecord] = {}
+        known = {i for i in ids if i in self.parts.queue}
+        known |= self.parts.store.existing_ids([i for i in ids if i not in known])
+        found: dict[int, None] = {}
         for index, ref in enumerate(refs):
-            job = self._find(ref, f"{field}[{index}]", read)
-            jobs.setdefault(job.id, job)
-        return jobs
+            checked = _checked_ref(ref, f"{field}[{index}]")
+            if not (isinstance(checked, int) and checked in known):
+                checked = self.parts.control.find(checked).id
+            found.setdefault(checked)
+        return list(found)
+
+
+def _checked_ref(ref: JobRef, field: str) -> int | str:
+    """`ref` as a job id or a job name, or ProtocolError naming `field` for one that is
+    neither: empty, an id out of range, a name that is not UTF-8 text."""
+    if ref == "":
+        raise ProtocolError(
+            protocol.INVALID_ARGS, f"'{field}': a job is named by its id or its name"
+        )
+    if isinstance(ref, str) and reads_as_job_id(ref):  # "12", not "²"
+        ref = int(ref) if len(ref) <= 19 else MAX_ROW_ID + 1  # int() stops at 4300 digits
+    if isinstance(ref, int) and not -MAX_ROW_ID <= ref <= MAX_ROW_ID:
+        raise ProtocolError(protocol.INVALID_ARGS, f"'{field}': a job id is at most {MAX_ROW_ID}")
+    if isinstance(ref, str) and not is_text(ref):
+        raise ProtocolError(
+            protocol.INVALID_ARGS,
+            f"'{field}': a job name is UTF-8 text; {quoted(ref)} holds bytes that are not",
+        )
+    return ref
 
 
 def user_arg(value: str | int | None) -> int | None:

@@ -11,6 +11,7 @@ from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.wire.control import DrainResult
 from gpudesk.core.wire.jobs import ActionResult
 from gpudesk.core.wire.requests import DrainArgs, JobRefsArgs, OpArgs, SignalArgs
+from gpudesk.engine.offloop import NextTurn
 from gpudesk.engine.requests.common import Handler
 from gpudesk.engine.requests.job_actions import JobActionRequests
 from gpudesk.text import printable, safe_text
@@ -26,19 +27,19 @@ class ControlRequests(JobActionRequests):
             "undrain": self.undrain,
         }
 
-    def suspend(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
+    def suspend(self, args: JobRefsArgs, caller: Caller) -> ActionResult | NextTurn:
         control = self.parts.control
         return self.act_on_jobs(
             args, caller, "suspend", lambda job: control.suspend(job, caller.name)
         )
 
-    def resume(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
+    def resume(self, args: JobRefsArgs, caller: Caller) -> ActionResult | NextTurn:
         control = self.parts.control
         return self.act_on_jobs(
             args, caller, "resume", lambda job: control.resume(job, caller.name)
         )
 
-    def signal(self, args: SignalArgs, caller: Caller) -> ActionResult:
+    def signal(self, args: SignalArgs, caller: Caller) -> ActionResult | NextTurn:
         try:
             name = job_signal(args.signal)
         except ValueError as exc:

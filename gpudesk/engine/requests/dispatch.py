@@ -17,7 +17,7 @@ from gpudesk.core.identity import Caller
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.wire.requests import REQUEST_ARGS, ArgsError, decode_args
 from gpudesk.engine.backends.slurm import SubmitRefused
-from gpudesk.engine.offloop import Busy, Later, Pending
+from gpudesk.engine.offloop import Busy, Later, NextTurn, Pending
 from gpudesk.engine.requests.common import EngineParts, Handler
 from gpudesk.engine.requests.control import ControlRequests
 from gpudesk.engine.requests.editing import EditRequests
@@ -59,7 +59,8 @@ class RequestHandlers:
     def handle(self, raw: bytes, caller: Caller) -> bytes | Pending:
         """One request's reply: its result, or an error with its code and message. `caller` is
         who sent it, as the kernel says (the control socket's peer credentials). A handler
-        whose work may wait answers `Later`: the reply then comes through the `Pending`."""
+        whose work may wait answers `Later`, one whose work is long `NextTurn`: the reply then
+        comes through the `Pending`."""
         request_id = None
         started, op = time.perf_counter(), "invalid"  # how long it held the loop, per op
         try:
@@ -77,7 +78,7 @@ class RequestHandlers:
             except ArgsError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, str(exc)) from None
             result = handler(args, caller)
-            if isinstance(result, Later):
+            if isinstance(result, (Later, NextTurn)):
                 return self._pending(request_id, caller, result, op)
             return _result_reply(request_id, result)
         except Exception as exc:
@@ -85,33 +86,44 @@ class RequestHandlers:
         finally:
             self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
 
-    def _pending(self, request_id: Any, caller: Caller, later: Later[Any], op: str) -> Pending:
+    def _pending(
+        self, request_id: Any, caller: Caller, first: Later[Any] | NextTurn, op: str
+    ) -> Pending:
+        """The reply of a handler that answered `Later` (work off the loop) or `NextTurn` (more
+        on later turns): each step answers the reply or the next step, and each step's time on
+        the loop is counted as `op`'s."""
+
         def start(post: Callable[[bytes], None]) -> None:
-            def run(step: Later[Any]) -> None:
-                def done(result: Any, error: BaseException | None) -> None:
-                    started = time.perf_counter()  # `finish` holds the loop too: counted as op
-                    try:
+            def answer(step: Any) -> None:
+                if isinstance(step, NextTurn):
+                    self.parts.offloop.next_turn(lambda: settle(step.step))
+                elif isinstance(step, Later):
+
+                    def done(result: Any, error: BaseException | None) -> None:
                         if error is not None:
                             post(self._error_reply(request_id, error, op))
-                            return
-                        try:
-                            reply = step.finish(result)
-                        except Exception as exc:
-                            post(self._error_reply(request_id, exc, op))
-                            return
-                        if isinstance(reply, Later):  # a next step off the loop (a Slurm submit)
-                            run(reply)
                         else:
-                            post(_result_reply(request_id, reply))
-                    finally:
-                        self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
+                            settle(lambda: step.finish(result))
 
+                    try:
+                        self.parts.offloop.submit(
+                            caller.uid, step.what, step.work, done, step.bound_s
+                        )
+                    except Busy as exc:
+                        post(protocol.encode_error(request_id, protocol.REFUSED, str(exc)))
+                else:
+                    post(_result_reply(request_id, step))
+
+            def settle(step: Callable[[], Any]) -> None:
+                started = time.perf_counter()  # a step holds the loop too: counted as op
                 try:
-                    self.parts.offloop.submit(caller.uid, step.what, step.work, done, step.bound_s)
-                except Busy as exc:
-                    post(protocol.encode_error(request_id, protocol.REFUSED, str(exc)))
+                    answer(step())
+                except Exception as exc:
+                    post(self._error_reply(request_id, exc, op))
+                finally:
+                    self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
 
-            run(later)
+            answer(first)
 
         return Pending(start)
 

@@ -5,7 +5,7 @@ jobs named by id or name, each job's outcome its own.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from functools import partial
 
 from gpudesk import diskspace
@@ -16,10 +16,18 @@ from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import ActionOutcome, ActionResult
 from gpudesk.core.wire.requests import CancelArgs, JobRefsArgs, PriorityArgs
 from gpudesk.engine.job_control import JobOutcome
+from gpudesk.engine.offloop import NextTurn, in_turns
 from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.policy import user_limits
 
 log = logging.getLogger("gpudesk.engine")
+
+# Jobs a request acts on in one turn of the loop. Measured on the 2-core VM (docs/benchmarks.md,
+# "One transaction a request"): 50-90 us a job (a cancel of queued jobs; a requeue of finished
+# ones, read from the store first), so a slice holds the loop about 13-22 ms: under half of
+# issue 36's 50 ms a request, leaving room for a slower or busier machine and for the rest of
+# the turn. A design choice, not a tuned value (more slices cost a commit and a turn each).
+SLICE_JOBS = 250
 
 
 class JobActionRequests(Requests):
@@ -41,7 +49,7 @@ class JobActionRequests(Requests):
         verb: str,
         action: Callable[[JobRecord], JobOutcome] | None,
         at_once: Callable[[list[JobRecord]], dict[int, JobOutcome]] | None = None,
-    ) -> ActionResult:
+    ) -> ActionResult | NextTurn:
         """The shape of every job-control op: resolve all of `args["jobs"]` (ids or names)
         first, so one unknown job fails the request with none touched, then act on each job
         once; the outcomes in the order given. A job the caller may not `verb` (not theirs,
@@ -49,10 +57,56 @@ class JobActionRequests(Requests):
         go on; so is one whose change the store could not take (a full disk). `at_once`: the
         station's jobs it takes (every job, where there is no `action`), their changes stored
         in one transaction (a refused commit leaves each as it was); the rest one by one
-        (`action`), those before a refused one staying changed."""
-        jobs = self._find_all(args.jobs, "jobs").values()
+        (`action`), those before a refused one staying changed.
+
+        The jobs are acted on SLICE_JOBS at a time, a slice a turn of the loop (`in_turns`),
+        each read as it is when its slice comes: every other client is answered, and
+        placement runs, between two slices. Until its slice has come, a queued job named here
+        is not started, and a later request naming it waits for this one
+        (policy/job_claims.py)."""
+        ids = self._find_ids(args.jobs, "jobs")
+        act = partial(self._act_on, caller=caller, verb=verb, action=action, at_once=at_once)
+        return in_turns(self._in_slices(ids, act))
+
+    def _in_slices(
+        self, ids: list[int], act: Callable[[list[int]], list[ActionOutcome]]
+    ) -> Generator[None, None, ActionResult]:
+        """`act` on `ids`, SLICE_JOBS a turn, once no earlier request has any of them still to
+        act on; each slice's jobs let go as soon as it is done."""
+        claims = self.parts.queue.claims
+        ticket = claims.take(ids)
+        results: list[ActionOutcome] = []
+        try:
+            while not claims.first(ticket, ids):
+                yield
+            for start in range(0, len(ids), SLICE_JOBS):
+                if start:
+                    yield
+                part = ids[start : start + SLICE_JOBS]
+                results += act(part)
+                claims.drop(ticket, part)
+        finally:
+            claims.drop(ticket, ids)  # those of a request cut short by an error too
+        return ActionResult(results=results)
+
+    def _act_on(
+        self,
+        ids: list[int],
+        caller: Caller,
+        verb: str,
+        action: Callable[[JobRecord], JobOutcome] | None,
+        at_once: Callable[[list[JobRecord]], dict[int, JobOutcome]] | None,
+    ) -> list[ActionOutcome]:
+        """One slice's outcomes: its jobs read as they are now (a queued one as the queue holds
+        it, the others in one query), then acted on as `act_on_jobs` says."""
+        queue, backends = self.parts.queue, self.parts.control.backends
+        read = {i: job for i in ids if (job := queue.get(i)) is not None}
+        if len(read) < len(ids):
+            read.update(
+                (j.id, j) for j in self.parts.store.jobs(ids=[i for i in ids if i not in read])
+            )
+        jobs = [read[i] for i in ids if i in read]  # a Slurm job whose submission failed is gone
         refusals = {job.id: self.parts.access.job_refusal(caller, job, verb) for job in jobs}
-        backends = self.parts.control.backends
         batch = [
             job
             for job in jobs
@@ -69,7 +123,7 @@ class JobActionRequests(Requests):
             results.append(
                 ActionOutcome(id=job.id, name=job.name, outcome=outcome.message, ok=outcome.ok)
             )
-        return ActionResult(results=results)
+        return results
 
     def _acted(self, job: JobRecord, action: Callable[[JobRecord], JobOutcome]) -> JobOutcome:
         """`action`'s outcome for `job`; one the store could not save (the disk holding it is
@@ -83,12 +137,12 @@ class JobActionRequests(Requests):
             log.warning("job %d left as it was: %s", job.id, exc)
             return JobOutcome(diskspace.job_text(root), ok=False)
 
-    def cancel(self, args: CancelArgs, caller: Caller) -> ActionResult:
+    def cancel(self, args: CancelArgs, caller: Caller) -> ActionResult | NextTurn:
         control, grace = self.parts.control, args.grace
         queued = control.backends.local.cancel_all  # a running job's cancel is one by one
         return self.act_on_jobs(args, caller, "cancel", lambda j: control.cancel(j, grace), queued)
 
-    def hold(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
+    def hold(self, args: JobRefsArgs, caller: Caller) -> ActionResult | NextTurn:
         """{"jobs": [refs]}: hold queued jobs. The placement policy never starts a held job; it
         keeps its place in the queue. Outcomes: "held", "already held", or (ok false) why
         not, e.g. "running: only a queued job can be held"."""
@@ -96,7 +150,7 @@ class JobActionRequests(Requests):
         at_once = partial(control.backends.local.set_held_all, held=True)
         return self.act_on_jobs(args, caller, "hold", control.hold, at_once)
 
-    def release(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
+    def release(self, args: JobRefsArgs, caller: Caller) -> ActionResult | NextTurn:
         """{"jobs": [refs]}: release held jobs. Outcomes: "released", "not held" (a queued job
         free to start), or (ok false) why not, e.g. "running: only a held job can be
         released"."""
@@ -104,7 +158,7 @@ class JobActionRequests(Requests):
         at_once = partial(control.backends.local.set_held_all, held=False)
         return self.act_on_jobs(args, caller, "release", control.release, at_once)
 
-    def priority(self, args: PriorityArgs, caller: Caller) -> ActionResult:
+    def priority(self, args: PriorityArgs, caller: Caller) -> ActionResult | NextTurn:
         """{"jobs": [refs], "priority": int} sets the priority (submit's range), or
         {"jobs": [refs], "delta": int} moves it (+1 raises, -1 lowers; kept in the range).
         A queued job moves in the queue at once; a running or finished one keeps the new
@@ -130,7 +184,7 @@ class JobActionRequests(Requests):
         at_once = partial(control.set_priorities, wanted=wanted)
         return self.act_on_jobs(args, caller, "re-prioritize", None, at_once)
 
-    def requeue(self, args: JobRefsArgs, caller: Caller) -> ActionResult:
+    def requeue(self, args: JobRefsArgs, caller: Caller) -> ActionResult | NextTurn:
         """{"jobs": [refs]}: put finished jobs (failed, cancelled, or succeeded to rerun them)
         back in the queue as the same job, with a fresh attempt budget; attempt numbers
         continue. Outcomes: "requeued", "already queued", or (ok false)

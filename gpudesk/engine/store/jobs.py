@@ -114,6 +114,16 @@ class JobTables(StoreConnection):
             self._conn.execute("SELECT 1 FROM jobs WHERE id = ?", (job_id,)).fetchone() is not None
         )
 
+    def existing_ids(self, ids: Sequence[int]) -> set[int]:
+        """Which of `ids` are jobs' (their rows not read), 10,000 a query (SQLite's bound on
+        a statement's parameters is 32,766)."""
+        found: set[int] = set()
+        for start in range(0, len(ids), 10_000):
+            part = ids[start : start + 10_000]
+            sql = f"SELECT id FROM jobs WHERE id IN ({','.join('?' * len(part))})"
+            found.update(row[0] for row in self._conn.execute(sql, part))
+        return found
+
     def jobs_named(self, name: str) -> list[JobRecord]:
         rows = self._conn.execute("SELECT * FROM jobs WHERE name = ? ORDER BY id", (name,))
         return [read_job(r) for r in rows]
