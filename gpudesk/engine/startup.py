@@ -139,4 +139,5 @@ def open_store(home: Home) -> Store:
     # A database restored from an older backup must not hand out the ids of the jobs that ran
     # after it was taken: their folders are there.
     store.reserve_job_ids(max(job_folders(home), default=0))
+    store.checkpoint_elsewhere()
     return store

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import EventRecord
+from gpudesk.engine.store.checkpoints import CHECKPOINT_EVERY_S, Checkpoints
 from gpudesk.engine.store.family_backfill import (
     ALONE_RATES_OWNERS_VERSION,
     FAMILY_HISTORY_VERSION,
@@ -35,9 +36,11 @@ _Store = TypeVar("_Store", bound="StoreConnection")
 class StoreConnection:
     """The connection and what the job and sample tables share."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self._conn = conn
+        self.path = path
         self._env_ids: dict[str, int] = {}  # digest -> row id; rows are never deleted
+        self._checkpoints: Checkpoints | None = None
 
     @classmethod
     def open(cls: type[_Store], path: str | Path) -> _Store:
@@ -49,13 +52,22 @@ class StoreConnection:
             # commit.
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            store = cls(conn)
+            store = cls(conn, Path(path))
             store._migrate()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open the gpudesk database {path}: {exc}") from exc
         return store
 
+    def checkpoint_elsewhere(self, every_s: float = CHECKPOINT_EVERY_S) -> None:
+        """The engine's store: SQLite's checkpoints on a thread of their own, at most one every
+        `every_s`, none in this connection's commits (engine/store/checkpoints.py says why)."""
+        self._checkpoints = Checkpoints(self.path, every_s)
+        self._conn.execute("PRAGMA wal_autocheckpoint = 0")
+        self._conn.execute("PRAGMA journal_size_limit = 0")
+
     def close(self) -> None:
+        if self._checkpoints is not None:
+            self._checkpoints.close()
         self._conn.close()
 
     @property
@@ -90,6 +102,8 @@ class StoreConnection:
         try:
             yield self._conn
             self._conn.execute("COMMIT")
+            if self._checkpoints is not None:
+                self._checkpoints.wrote()
         except BaseException:
             # SQLite ends some failed transactions itself (a full disk may); one a refused
             # COMMIT left open is ended here, or the next BEGIN would fail
