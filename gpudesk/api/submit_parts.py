@@ -1,9 +1,10 @@
 """A submit too large for one request, sent in parts that start as one.
 
 The engine parses at most `MAX_REQUEST_VALUES` JSON values and `MAX_MESSAGE_BYTES` in one
-request (core/protocol.py: the loop that parses it serves every user), about 2,000 plain jobs.
-A larger submission (a profile's 5,000-point sweep, `gpudesk submit --array 1-5000`) goes in
-parts of at most `PART_JOBS` jobs, each queued held so that none starts before all are in, then
+request, about 2,000 plain jobs, and queues at most `MAX_STATION_SUBMIT_JOBS` (500) on the
+station in one (core/protocol.py: the loop that does it serves every user). A larger submission
+(a profile's 5,000-point sweep, `gpudesk submit --array 1-5000`) goes in parts of at most
+`PART_JOBS` jobs, each queued held so that none starts before all are in, then
 released, in order. It is all or none, as one request is: a part the engine refuses, or an
 interrupt, cancels the parts already queued (held, so none of their jobs started) and the
 refusal is raised as the engine said it, its `jobs[k]` counted over the whole submission.
@@ -29,10 +30,10 @@ from gpudesk.core.protocol import Request, json_values
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
 
-# At most this many jobs a part: the engine queues 1,000 jobs of one request in ~57 ms
-# (docs/benchmarks.md, "1,000 jobs in one submit request"), about issue 36's 50 ms a request may
-# hold the engine's loop; a whole that fits one message is still sent as one request.
-PART_JOBS = 1_000
+# At most this many jobs a part: what the engine queues on the station in one request (core/
+# protocol.py: ~35 ms of its loop, under issue 36's 50 ms a request), which refuses more as too
+# large; a whole within it is sent as one request.
+PART_JOBS = protocol.MAX_STATION_SUBMIT_JOBS
 # Job ids named in one cancel or release request: a list of ids is one value each.
 IDS_PER_REQUEST = 1_000
 # Parts are for many ordinary jobs. A job that alone takes more than this share of a request's
@@ -68,13 +69,18 @@ def parts_for(jobs: Sequence[Job], env: dict[str, str] | None) -> list[range] | 
     return parts if len(parts) > 1 else None
 
 
-def plan_parts(jobs: Sequence[Job], env: dict[str, str] | None) -> list[range]:
-    """The submission cut into runs of jobs, each of whose request is within the engine's
-    limits (a job too large alone is a part of its own, which the engine refuses as before)."""
-    return _plan([_cost(job) for job in jobs], env)
+def plan_parts(
+    jobs: Sequence[Job], env: dict[str, str] | None, most: int = PART_JOBS
+) -> list[range]:
+    """The submission cut into runs of at most `most` jobs, each of whose request is within
+    the engine's limits (a job too large alone is a part of its own, which the engine refuses
+    as before)."""
+    return _plan([_cost(job) for job in jobs], env, most)
 
 
-def _plan(costs: Sequence[tuple[int, int]], env: dict[str, str] | None) -> list[range]:
+def _plan(
+    costs: Sequence[tuple[int, int]], env: dict[str, str] | None, most: int = PART_JOBS
+) -> list[range]:
     """`plan_parts` of the jobs' costs (`_cost`)."""
     envelope = Request(op="submit", args={"jobs": [], "env": env, "hold": True}, id=2**31).encode()
     base_bytes, base_values = len(envelope), json_values(envelope)
@@ -84,7 +90,7 @@ def _plan(costs: Sequence[tuple[int, int]], env: dict[str, str] | None) -> list[
         full = (
             size + job_bytes > protocol.MAX_MESSAGE_BYTES
             or values + job_values > protocol.MAX_REQUEST_VALUES
-            or index - start >= PART_JOBS
+            or index - start >= most
         )
         if full and index > start:
             parts.append(range(start, index))
@@ -180,9 +186,10 @@ def submit_in_parts(
     parts = plan_parts(jobs, env) if parts is None else parts
     cluster = next((job["cluster"] for job in jobs if job.get("cluster")), None)
     if cluster is not None:
+        fits = len(plan_parts(jobs, env, most=len(jobs))[0])  # a request's bounds alone
         raise EngineError(
             f"these {len(jobs):,} jobs for a Slurm cluster do not fit in one request (about "
-            f"{len(parts[0]):,} of them do), and a submission to Slurm is sent whole: submit fewer "
+            f"{fits:,} of them do), and a submission to Slurm is sent whole: submit fewer "
             "at once, or write the sweep out as a Slurm job array (`gpudesk export slurm`)",
             TOO_LARGE,
         )

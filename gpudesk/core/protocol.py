@@ -47,6 +47,13 @@ PROTOCOL_VERSION = 1
 # (\u0001): 8 MiB fits every job a kernel would start, bar the most escaped (assumption).
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 MAX_REQUEST_VALUES = 100_000
+# The most jobs one `submit` (or `check_submit`) request queues on the station. A submit is one
+# transaction, all or none, so it is not split over the loop's turns as job control is: it is
+# bounded instead. Measured (docs/benchmarks.md, "What a part costs the engine's loop"): 1,000
+# jobs held the loop 57-71 ms, so 500 hold it about 30-36 ms, under issue 36's 50 ms a request
+# with room for a slower machine. A design choice, not a tuned value. A larger submission goes
+# in parts that start as one (gpudesk.api.submit_parts); a Slurm cluster's is sent whole.
+MAX_STATION_SUBMIT_JOBS = 500
 # The most jobs one `jobs` reply carries: a page. Measured (docs/benchmarks.md, "Listings of
 # the whole store"): over a store of 100,000 jobs, on a 2-core machine shared with other work
 # (load 5-6), a page with usage took p50 20 ms, p95 32 ms to build on the engine's loop at 100

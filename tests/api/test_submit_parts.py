@@ -7,9 +7,15 @@ import pytest
 from conftest import EngineHandle
 
 from gpudesk.api.errors import TOO_LARGE, EngineError
-from gpudesk.api.submit_parts import PART_JOBS, plan_parts, submit_in_parts
+from gpudesk.api.submit_parts import IDS_PER_REQUEST, PART_JOBS, plan_parts, submit_in_parts
 from gpudesk.core.jobs import JobSpec
-from gpudesk.core.protocol import MAX_MESSAGE_BYTES, MAX_REQUEST_VALUES, Request, json_values
+from gpudesk.core.protocol import (
+    MAX_MESSAGE_BYTES,
+    MAX_REQUEST_VALUES,
+    MAX_STATION_SUBMIT_JOBS,
+    Request,
+    json_values,
+)
 
 # More than one request holds: ~50 values a plain job, 100,000 a request
 MANY = 2_500
@@ -88,9 +94,10 @@ def test_a_part_the_engine_refuses_leaves_nothing_queued_and_counts_its_job_over
         engine.api.submit_jobs(jobs)
     message = str(refused.value)
     assert message.startswith("jobs[1700].after: there is no job 999999"), message
-    assert "Its first 1,000 job(s), queued held in parts before, were cancelled." in message
+    before = 1_700 // PART_JOBS * PART_JOBS  # the parts before the one refused
+    assert f"Its first {before:,} job(s), queued held in parts before, were cancelled." in message
     every = engine.api.jobs(archived=True)
-    assert len(every) == PART_JOBS
+    assert len(every) == before
     assert all(j.state == "cancelled" and j.attempts == 0 for j in every)
 
 
@@ -100,7 +107,7 @@ def test_a_queue_limit_reached_in_a_later_part_refuses_the_whole(engine: EngineH
         engine.api.submit_jobs(specs(MANY))
     assert "Nothing was submitted" in str(refused.value), refused.value
     every = engine.api.jobs(archived=True)  # the first parts', cancelled before any started
-    assert len(every) == 2 * PART_JOBS
+    assert len(every) == (MANY - 1) // PART_JOBS * PART_JOBS
     assert all(j.state == "cancelled" and j.attempts == 0 for j in every)
 
 
@@ -141,5 +148,29 @@ def test_an_interrupt_between_the_parts_cancels_the_parts_queued(engine: EngineH
     finally:
         client.call = real_call  # type: ignore[method-assign]
     every = engine.api.jobs(archived=True)
-    assert len(every) == 2 * PART_JOBS and sent.count("cancel") == 2
+    cancels = -(-2 * PART_JOBS // IDS_PER_REQUEST)  # the two parts' ids, in requests of 1,000
+    assert len(every) == 2 * PART_JOBS and sent.count("cancel") == cancels
     assert all(j.state == "cancelled" and j.attempts == 0 for j in every)
+
+
+def test_the_engine_queues_at_most_its_part_size_on_the_station_in_one_request(
+    engine: EngineHandle,
+) -> None:
+    """A submit is one transaction on the engine's loop: more than MAX_STATION_SUBMIT_JOBS (500:
+    ~35 ms) are refused whole, as too large, naming the bound (the client then sends parts);
+    that many are queued in one request."""
+    most = MAX_STATION_SUBMIT_JOBS
+    assert most == PART_JOBS
+    with pytest.raises(EngineError) as refused:
+        engine.client.request("submit", jobs=[s.to_dict() for s in specs(most + 1)])
+    assert refused.value.code == TOO_LARGE
+    assert f"one request queues at most {most} jobs on the station" in str(refused.value)
+    assert f"this one has {most + 1}" in str(refused.value)
+    assert not engine.api.jobs(archived=True)
+    held = engine.client.request("submit", jobs=[s.to_dict() for s in specs(most)], hold=True)
+    assert len(held["ids"]) == most
+    # jobs for a Slurm cluster are sent whole (refused here for want of the cluster, not size)
+    cluster = [s.to_dict() | {"cluster": {"name": "nowhere"}} for s in specs(most + 1)]
+    with pytest.raises(EngineError) as refused:
+        engine.client.request("check_submit", jobs=cluster)
+    assert refused.value.code != TOO_LARGE, refused.value

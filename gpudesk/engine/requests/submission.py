@@ -70,7 +70,18 @@ class SubmitRequests(Requests):
         self, args: SubmitArgs, caller: Caller
     ) -> tuple[list[JobSpec], dict[str, str] | None]:
         """The jobs of a submit request and the submitter's environment, once every check
-        passed; raises ProtocolError naming the first that failed."""
+        passed; raises ProtocolError naming the first that failed. More than
+        MAX_STATION_SUBMIT_JOBS for the station are refused first, as too large: the client
+        sends them in parts (core/protocol.py says why)."""
+        most = protocol.MAX_STATION_SUBMIT_JOBS
+        if len(args.jobs) > most and not any(job.get("cluster") for job in args.jobs):
+            raise ProtocolError(
+                protocol.TOO_LARGE,
+                f"one request queues at most {most:,} jobs on the station (it holds the "
+                f"engine's loop, which serves every user, ~35 ms for {most:,}), and this one "
+                f"has {len(args.jobs):,}: send them in parts of {most:,} (gpudesk's client, "
+                "`gpudesk submit` and `gpudesk run` do)",
+            )
         specs: list[JobSpec] = []
         known: set[int] = set()  # the job ids named so far that exist: each looked up once
         for index, raw in enumerate(args.jobs):
