@@ -28,6 +28,7 @@ log = logging.getLogger("gpudesk.engine")
 # issue 36's 50 ms a request, leaving room for a slower or busier machine and for the rest of
 # the turn. A design choice, not a tuned value (more slices cost a commit and a turn each).
 SLICE_JOBS = 250
+GONE = "no longer a job: its submission to Slurm failed as a whole, and it was forgotten"
 
 
 class JobActionRequests(Requests):
@@ -105,7 +106,7 @@ class JobActionRequests(Requests):
             read.update(
                 (j.id, j) for j in self.parts.store.jobs(ids=[i for i in ids if i not in read])
             )
-        jobs = [read[i] for i in ids if i in read]  # a Slurm job whose submission failed is gone
+        jobs = [read[i] for i in ids if i in read]
         refusals = {job.id: self.parts.access.job_refusal(caller, job, verb) for job in jobs}
         batch = [
             job
@@ -114,7 +115,10 @@ class JobActionRequests(Requests):
         ]
         done = at_once(batch) if at_once and batch else {}
         results = []
-        for job in jobs:
+        for job_id in ids:
+            if (job := read.get(job_id)) is None:  # forgotten since: its Slurm submission failed
+                results.append(ActionOutcome(id=job_id, name="", outcome=GONE, ok=False))
+                continue
             refusal = refusals[job.id]
             outcome = JobOutcome(refusal, ok=False) if refusal else done.get(job.id)
             if outcome is None:
