@@ -1,15 +1,20 @@
 """Job control of many jobs at once on a large store: how long one request naming them holds
 the engine's loop (every other client waits that long), and `gpudesk wait` on them.
 
-    python bench/job_actions.py [--jobs 103000] [--queued 3000] [--ids 1000] [--json]
+    python bench/job_actions.py [--jobs 103000] [--queued 3000] [--ids 1000] [--big N] [--json]
 
 Builds the store as `bench/store_scale.py` does (`--jobs` jobs over 60 days, `--queued` of them
 waiting behind 4 slots, all of them `sleep`), starts a personal engine on it (no GPUs, 4 slots)
 and, one request each, as a sysadmin clearing up a sweep would: cancels `--ids` queued jobs,
 requeues them, requeues the `--ids` oldest finished jobs (archived: older than 30 days), holds
-and releases `--ids` queued jobs; then `gpudesk wait --timeout 0` on every queued job (as a
-process, wall time: what it costs before it begins to wait). For each request: its round trip
-and the engine's own time on the loop for it (the `status` reply's slowest requests).
+and releases `--ids` queued jobs, raises their priority (+1); submits `--ids` jobs held, as a
+program does (`Client.submit_jobs`: one request, or parts where the engine bounds one), then
+cancels them; with `--big N`, a cancel naming N queued jobs in one request (`--queued` must be
+at least N). Then `gpudesk wait --timeout 0` on every queued job (as a process, wall time: what
+it costs before it begins to wait). For each request: its round trip, the engine's own time on
+the loop for it (the `status` reply's slowest requests: the longest one hold of the loop, where
+the engine acts on a request a slice a turn), and another client's ping meanwhile (a second
+connection pinging every 5 ms: the longest any waited).
 """
 
 from __future__ import annotations
@@ -29,24 +34,98 @@ from typing import Any
 from store_scale import build_store, commit, start_timed_engine, stop, user_env
 
 from gpudesk.api.connection import Connection
+from gpudesk.metrics.loop_timing import WINDOW
 from gpudesk.paths import Home
 
 
-def timed(conn: Connection, op: str, ids: list[int]) -> dict[str, Any]:
+def timed(conn: Connection, op: str, ids: list[int], **args: Any) -> dict[str, Any]:
     """One `op` request naming `ids`: its round trip, the loop's time for it, what it did."""
+    _flush_window(conn)
     before = _slowest(conn, op)
-    started = time.perf_counter()
-    reply = conn.request(op, jobs=ids)
-    round_trip = time.perf_counter() - started
-    held = list((_slowest(conn, op) - before).elements())  # this request's: the one new entry
+    with Pinger(conn.home) as pinger:
+        started = time.perf_counter()
+        reply = conn.request(op, jobs=ids, **args)
+        round_trip = time.perf_counter() - started
     ok = sum(1 for r in reply["results"] if r["ok"])
+    entry = _entry(op, len(ids), ok, round_trip, _slowest(conn, op) - before, pinger)
+    return {**entry, "turn": _slowest_turn(conn)}
+
+
+def timed_submit(conn: Connection, count: int, workdir: str) -> dict[str, Any]:
+    """`count` jobs submitted held by the typed client, as a program does: one request where
+    the engine takes them so, else its parts; the loop's longest hold among them."""
+    from gpudesk.api.client import Client
+    from gpudesk.core.jobs import JobSpec
+
+    specs = [JobSpec(name=f"sub{k}", command=("true",), workdir=workdir) for k in range(count)]
+    _flush_window(conn)
+    before = _slowest(conn, "submit")
+    with Pinger(conn.home) as pinger:
+        started = time.perf_counter()
+        ids = Client(conn).submit_jobs(specs, hold=True).ids
+        round_trip = time.perf_counter() - started
+    entry = _entry("submit", count, len(ids), round_trip, _slowest(conn, "submit") - before, pinger)
+    entry["turn"] = _slowest_turn(conn)
+    conn.request("cancel", jobs=ids)
+    return entry
+
+
+def _entry(
+    op: str, ids: int, ok: int, round_trip: float, held: Counter[float], pinger: Pinger
+) -> dict[str, Any]:
+    slowest = list(held.elements())  # this request's holds among the window's slowest
     return {
         "op": op,
-        "ids": len(ids),
+        "ids": ids,
         "ok": ok,
         "round_trip_ms": round(round_trip * 1000, 1),
-        "loop_ms": max(held) if held else None,
+        "loop_ms": max(slowest) if slowest else None,
+        "ping_max_ms": pinger.max_ms,
+        "pings": pinger.count,
     }
+
+
+class Pinger:
+    """Another client, in a process of its own (no GIL shared with this one): it pings, one
+    ping after another, while the block runs (the block starts once it has its first answer);
+    the longest round trip it saw, and how many."""
+
+    SCRIPT = (
+        "import sys, time\n"
+        "from gpudesk.api.connection import Connection\n"
+        "from pathlib import Path\n"
+        "from gpudesk.paths import Home\n"
+        "conn = Connection(Home(Path(sys.argv[1])), timeout=300.0)\n"
+        "conn.request('ping'); print('ready', flush=True)\n"
+        "import select\n"
+        "worst, count = 0.0, 0\n"
+        "while not select.select([sys.stdin], [], [], 0)[0]:\n"
+        "    started = time.perf_counter(); conn.request('ping')\n"
+        "    worst = max(worst, time.perf_counter() - started); count += 1\n"
+        "print(round(worst * 1000, 1), count, flush=True)\n"
+    )
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self.max_ms = 0.0
+        self.count = 0
+
+    def __enter__(self) -> Pinger:
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", self.SCRIPT, str(self.home.root)],
+            env=user_env(self.home),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._process.stdin is not None and self._process.stdout is not None
+        assert self._process.stdout.readline().strip() == "ready"
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        out, _ = self._process.communicate("stop\n", timeout=300)
+        worst, count = out.split()
+        self.max_ms, self.count = float(worst), int(count)
 
 
 def _slowest(conn: Connection, op: str) -> Counter[float]:
@@ -55,7 +134,20 @@ def _slowest(conn: Connection, op: str) -> Counter[float]:
     return Counter(r["ms"] for r in loop.get("slowest", []) if r.get("op") == op)
 
 
-def measure(home: Home, ids: int) -> dict[str, Any]:
+def _slowest_turn(conn: Connection) -> str:
+    """The loop's slowest turn's steps in its window, and the step that took most of it."""
+    turns = ((conn.request("status").get("loop") or {}).get("turns") or {}).get("slowest") or []
+    return f"{turns[0]['ms']} ms ({turns[0]['step']} {turns[0]['step_ms']})" if turns else "-"
+
+
+def _flush_window(conn: Connection) -> None:
+    """Pings, one window's worth: the requests before leave the `status` window, so that its
+    slowest are the next request's (a request acted on a slice a turn counts each slice)."""
+    for _ in range(WINDOW):
+        conn.request("ping")
+
+
+def measure(home: Home, ids: int, big: int) -> dict[str, Any]:
     result: dict[str, Any] = {"engine_start_s": start_timed_engine(home)}
     with Connection(home, timeout=300.0) as conn:
         queued = [j["id"] for j in _all(conn, ["queued"])]
@@ -68,7 +160,11 @@ def measure(home: Home, ids: int) -> dict[str, Any]:
             timed(conn, "requeue", finished),
             timed(conn, "hold", picked),
             timed(conn, "release", picked),
+            timed(conn, "priority", picked, delta=1),
+            timed_submit(conn, ids, str(home.root)),
         ]
+        if big:
+            result["requests"].append(timed(conn, "cancel", queued[-big - ids : -ids]))
         waiting = [j["id"] for j in _all(conn, ["queued"])]
     result["wait"] = timed_wait(home, waiting)
     return result
@@ -108,13 +204,16 @@ def report(result: dict[str, Any]) -> str:
         f"store: {result['jobs']:,} jobs, {result['queued']:,} queued at the start; "
         f"engine start {result['engine_start_s']} s",
         "",
-        "| request | jobs | done | round trip | engine's loop |",
-        "|---|---|---|---|---|",
+        "| request | jobs | done | round trip | engine's loop, longest hold | another's ping, "
+        "longest | slowest turn's steps (the step) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in result["requests"]:
         loop = "?" if r["loop_ms"] is None else f"{r['loop_ms']:.1f} ms"
+        ping = f"{r['ping_max_ms']:.1f} ms ({r['pings']} pings)"
         lines.append(
-            f"| {r['op']} | {r['ids']:,} | {r['ok']:,} | {r['round_trip_ms']:.1f} ms | {loop} |"
+            f"| {r['op']} | {r['ids']:,} | {r['ok']:,} | {r['round_trip_ms']:.1f} ms | {loop} "
+            f"| {ping} | {r['turn']} |"
         )
     wait = result["wait"]
     lines.append(f"\n`gpudesk wait --timeout 0` on {wait['ids']:,} queued jobs: {wait['wall_s']} s")
@@ -128,10 +227,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=103_000, help="jobs in the store")
     parser.add_argument("--queued", type=int, default=3_000, help="of them, waiting")
     parser.add_argument("--ids", type=int, default=1_000, help="jobs named by each request")
+    parser.add_argument("--big", type=int, default=0, help="then a cancel naming this many")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if not 0 < args.ids <= args.queued <= args.jobs - args.ids:
         parser.error("need 0 < --ids <= --queued <= --jobs - --ids")
+    if args.big and args.big + args.ids > args.queued:
+        parser.error("need --big + --ids <= --queued")
     with tempfile.TemporaryDirectory(prefix="gpudesk-actions-") as tmp:
         home = Home(Path(tmp) / "home")
         result: dict[str, Any] = {
@@ -143,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         result["store"] = build_store(home, args.jobs, args.queued)
         try:
-            result.update(measure(home, args.ids))
+            result.update(measure(home, args.ids, args.big))
         finally:
             stop(home)
     print(json.dumps(result, indent=2) if args.json else report(result))
