@@ -86,6 +86,7 @@ from gpudesk.policy.policy import (
     cpu_wait,
     gpu_job_impossible,
 )
+from gpudesk.policy.queue_classes import walk
 from gpudesk.policy.slice_choice import SliceOption, best_slice
 from gpudesk.policy.station_fit import (
     AsIs,
@@ -177,7 +178,10 @@ class SharingPolicy:
         hinted_only = self.mode != "exclusive" and bool(station.gpu_states)
         frontiers: dict[int, Frontier] = {}
         seeking = True  # no job waits for GPUs yet (`run.waiting`, set once a pass)
-        for position, job in enumerate(queue):
+        # A job its frontier dominates leaves the rest of its class nothing to do in this pass
+        # (`queue_classes`): `drop`, where the queue knows its classes, skips them.
+        jobs, drop = walk(queue)
+        for position, job in jobs:
             spec = job.spec
             gpus = spec.gpus
             if not gpus:
@@ -206,23 +210,26 @@ class SharingPolicy:
                     ):
                         if seeking and as_is(1, False, memory):
                             run.waiting, seeking = job, False
+                        if drop is not None:
+                            drop()
                         continue
                     demand = from_hints(spec.memory_gb, spec.sm_pct)
                     shape = (1, False, False, False, uid)
                     self._weigh(run, job, position, demand, shape, (memory, sm))
                     seeking = run.waiting is None
                     continue
-            self._judge(run, job, position, known, plain)
+            if self._judge(run, job, position, known, plain) and drop is not None:
+                drop()
             seeking = run.waiting is None
         held = {} if run.reserved_for is None else dict.fromkeys(run.reserved, run.reserved_for)
         return Decision(plan.placements, run.rejections, run.overtaken, held)
 
     def _judge(
         self, run: Pass, job: JobRecord, position: int, known: Demand | None, plain: float
-    ) -> None:
+    ) -> bool:
         """A GPU job off `place`'s hot path: rejected if it can never run here, skipped where
-        its shape's frontier says it finds no room, else weighed. `known`: the station's demand
-        for it; `plain`: below this a memory figure is certainly usable."""
+        its shape's frontier says it finds no room (True), else weighed. `known`: the station's
+        demand for it; `plain`: below this a memory figure is certainly usable."""
         station, spec, gpus = run.station, job.spec, job.spec.gpus
         if known is None:
             memory, sm = hinted(spec.memory_gb, spec.sm_pct)
@@ -241,7 +248,7 @@ class SharingPolicy:
             impossible = gpu_job_impossible(gpus, memory, station, RESERVE_MIB, measured)
             if impossible:
                 run.rejections.append(Rejection(job.id, f"the job {impossible}"))
-                return
+                return False
             memory = demand.admit_mib
             shape = (gpus, exclusive, history, bool(demand.unknown), job.owner.uid)
         else:
@@ -250,10 +257,11 @@ class SharingPolicy:
         if frontier is not None and not banded and frontier.dominates(memory, 0.0 if whole else sm):
             if run.waiting is None and run.as_is(gpus, whole, memory):
                 run.waiting = job
-            return
+            return True
         if demand is None:
             demand = known or from_hints(spec.memory_gb, spec.sm_pct)
         self._weigh(run, job, position, demand, shape, (memory, 0.0 if whole else sm))
+        return False
 
     def _weigh(
         self,

@@ -12,6 +12,10 @@ leaves; a demand is corrected when its run joins and again only when its family'
 changes (checked per family, not per job, before the policy sees the demands). The figures are
 the same as those rebuilt from scratch: the same order (each key is unique: the job's id), and
 each demand the same function of the run's demand and its family's current factor.
+
+It also keeps its jobs by class (`queue_classes`: their hints and the demand told for them), and
+gives the policy its records as a `ClassedQueue` (`classed`), so that a pass over thousands of
+waiting jobs visits them by class rather than one by one.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Iterator
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.demand import Demand, from_hints
 from gpudesk.policy.hint_correction import HintRatios
+from gpudesk.policy.queue_classes import ClassedQueue, QueueClasses, job_class
 from gpudesk.policy.sim_order import family_of
 from gpudesk.policy.sim_preemption import queue_key
 from gpudesk.policy.sim_records import SimRun
@@ -39,6 +44,7 @@ class SimQueue:
         self._demands: dict[int, Demand] = {}  # by job id, corrected by `_factors[family]`
         self._families: dict[str, dict[int, SimRun]] = {}  # queued runs by family, by job id
         self._factors: dict[str, object] = {}  # the factor each family's demands were made with
+        self._classes = QueueClasses()  # the runs' order keys by job_class
 
     def __iter__(self) -> Iterator[SimRun]:
         return iter(self.runs)
@@ -72,10 +78,16 @@ class SimQueue:
         del self.by_id[job_id]
         self._demands.pop(job_id, None)
         del self._families[family_of(run)][job_id]
+        self._classes.take(queue_key(run))
 
     def clear(self) -> None:
         for run in list(self.runs):
             self.remove(run)
+
+    def classed(self) -> ClassedQueue:
+        """The queued records in order, with their classes (valid until the queue changes;
+        after `demands()`, which brings the classes up to the families' corrections now)."""
+        return ClassedQueue(self.records, self._keys, self._classes)
 
     def demands(self) -> dict[int, Demand]:
         """The queued jobs' demands beyond their hints, under their families' corrections now
@@ -103,5 +115,7 @@ class SimQueue:
         spec = run.record.spec
         if demand == from_hints(spec.memory_gb, spec.sm_pct):
             self._demands.pop(run.record.id, None)
+            told = None
         else:
-            self._demands[run.record.id] = demand
+            self._demands[run.record.id] = told = demand
+        self._classes.put(queue_key(run), job_class(run.record, told))

@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
 from gpudesk.policy.hint_correction import HintRatios
 from gpudesk.policy.interference import (
@@ -293,10 +294,12 @@ class Simulation:
 
     def _place(self, view: StationView) -> Decision:
         started = time.perf_counter()
+        records: Sequence[JobRecord]
         if self.queue_order == "shortest":
             records = self.family_times.ordered(self.queue.runs, self.now)
         else:
-            records = list(self.queue.records)
+            # by class (queue_classes): the policy's pass over a long queue visits it so
+            records = self.queue.classed()
         decision = self.policy.place(records, view)
         self.decision_ms.append((time.perf_counter() - started) * 1000)
         return decision
