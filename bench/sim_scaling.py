@@ -1,7 +1,7 @@
 """`gpudesk simulate` against trace length: wall time at several trace lengths, and its growth.
 
     python bench/sim_scaling.py [--heavy 1000,2000,5000] [--light 10000,100000]
-                                [--policy auto] [--cap 180] [--code DIR]
+                                [--policy auto] [--cap 180] [--code DIR] [--before DIR]
     python bench/sim_scaling.py --write N --load heavy|light FILE   # one trace, to a file
 
 The traces are SYNTHETIC and seeded (the same file for the same N and load): N jobs drawn with
@@ -17,9 +17,11 @@ exponential gaps on the trace's own station (4 x A100 40GB):
 Each length runs `gpudesk simulate FILE --policy POLICY --json` in its own process, cut off at
 `--cap` seconds (reported as "> cap"), with the package of `--code` (default: this checkout; an
 earlier commit's, e.g. from `git archive COMMIT gpudesk | tar -x -C DIR`, to time before and after
-in one sitting). Per row: the wall time, its ratio to the previous row's,
-and the ratio of the lengths: linear growth keeps the first near the second, quadratic near its
-square. docs/benchmarks.md ("gpudesk simulate against trace length") has the figures.
+in one sitting; `--before DIR` times that one too, just before `--code` on each trace, in
+columns side by side). Per row: the wall time, its ratio to the previous row's, the ratio of the
+lengths (linear growth keeps the first near the second, quadratic near its square) and the
+machine's 1-minute load average after the row (the VM is shared: a row timed beside other work
+reads slow). docs/benchmarks.md ("gpudesk simulate against trace length") has the figures.
 """
 
 from __future__ import annotations
@@ -96,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="auto")
     parser.add_argument("--cap", type=float, default=180.0, help="seconds per replay at most")
     parser.add_argument("--code", type=Path, default=ROOT, help="the checkout to time")
+    parser.add_argument(
+        "--before", type=Path, help="an earlier checkout, timed before --code on each trace"
+    )
     parser.add_argument("--write", type=int, metavar="N", help="write one trace of N jobs")
     parser.add_argument("--load", choices=sorted(MEAN_GAP_S), default="heavy")
     parser.add_argument("file", nargs="?", help="the trace file --write writes")
@@ -105,23 +110,31 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--write needs a FILE")
         write_trace(args.write, args.load, Path(args.file))
         return 0
-    print(f"gpudesk simulate --policy {args.policy} ({args.code}), cut off at {args.cap:g} s\n")
-    print("| load | jobs | wall | × previous | length × |")
-    print("|---|---:|---:|---:|---:|")
+    codes = [c.resolve() for c in (args.before, args.code) if c is not None]
+    named = " against ".join(str(c) for c in codes)
+    print(f"gpudesk simulate --policy {args.policy} ({named}), cut off at {args.cap:g} s\n")
+    columns = ["before", "× previous", "after", "× previous"] if args.before else []
+    columns = columns or ["wall", "× previous"]
+    print(f"| load | jobs | {' | '.join(columns)} | length × | load avg |")
+    print("|---|---:|" + "---:|" * (len(columns) + 1) + "---:|")
     with tempfile.TemporaryDirectory() as folder:
         for load in ("heavy", "light"):
-            previous: tuple[int, float] | None = None
+            previous: list[float | None] = [None] * len(codes)
+            previous_n = 0
             for n in _lengths(getattr(args, load)):
                 path = Path(folder) / f"{load}-{n}.json"
                 write_trace(n, load, path)
-                took = time_simulate(path, args.policy, args.cap, args.code.resolve())
-                wall = f"{took:.1f} s" if took is not None else f"> {args.cap:g} s"
-                growth = length = "-"
-                if previous is not None and took is not None:
-                    growth = f"{took / previous[1]:.1f}"
-                    length = f"{n / previous[0]:g}"
-                print(f"| {load} | {n:,} | {wall} | {growth} | {length} |", flush=True)
-                previous = (n, took) if took is not None else None
+                cells = []
+                for i, code in enumerate(codes):  # before, then after: the same minute
+                    took = time_simulate(path, args.policy, args.cap, code)
+                    before = previous[i]
+                    cells.append(f"{took:.1f} s" if took is not None else f"> {args.cap:g} s")
+                    cells.append(f"{took / before:.1f}" if took and before else "-")
+                    previous[i] = took
+                length = f"{n / previous_n:g}" if previous_n else "-"
+                previous_n = n
+                row = [load, f"{n:,}", *cells, length, f"{os.getloadavg()[0]:.1f}"]
+                print(f"| {' | '.join(row)} |", flush=True)
     return 0
 
 
