@@ -62,7 +62,10 @@ def _cases(synthetic: dict[str, Path]) -> list[tuple[str, list[str]]]:
         cases.append((f"{label} all", [p, "--policy", ALL_POLICIES, "--json"]))
         if label.startswith("heavy"):
             cases += [
-                (f"{label} shortest", [p, "-p", "auto,carma", "--queue-order", "shortest"]),
+                (
+                    f"{label} shortest",
+                    [p, "-p", "auto,carma", "--queue-order", "shortest", "--json"],
+                ),
                 (f"{label} progress", [p, "-p", "auto,carma", "--progress-lines", "--json"]),
                 (f"{label} measured", [p, "-p", "auto,mps", "--estimator", "measured", "--json"]),
                 (
