@@ -2,6 +2,7 @@
 
     python bench/sim_scaling.py [--heavy 1000,2000,5000] [--light 10000,100000]
                                 [--policy auto] [--cap 180] [--code DIR] [--before DIR]
+                                [--repeat K]
     python bench/sim_scaling.py --write N --load heavy|light FILE   # one trace, to a file
 
 The traces are SYNTHETIC and seeded (the same file for the same N and load): N jobs drawn with
@@ -21,7 +22,9 @@ in one sitting; `--before DIR` times that one too, just before `--code` on each 
 columns side by side). Per row: the wall time, its ratio to the previous row's, the ratio of the
 lengths (linear growth keeps the first near the second, quadratic near its square) and the
 machine's 1-minute load average after the row (the VM is shared: a row timed beside other work
-reads slow). docs/benchmarks.md ("gpudesk simulate against trace length") has the figures.
+reads slow; `--repeat K` times each trace K times, before and after in turn, and gives the
+fastest, which such work stretches least). docs/benchmarks.md has the figures ("`gpudesk
+simulate` against trace length", "`gpudesk simulate` under heavy overload").
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--before", type=Path, help="an earlier checkout, timed before --code on each trace"
     )
+    parser.add_argument("--repeat", type=int, default=1, help="time each K times: the fastest")
     parser.add_argument("--write", type=int, metavar="N", help="write one trace of N jobs")
     parser.add_argument("--load", choices=sorted(MEAN_GAP_S), default="heavy")
     parser.add_argument("file", nargs="?", help="the trace file --write writes")
@@ -124,9 +128,13 @@ def main(argv: list[str] | None = None) -> int:
             for n in _lengths(getattr(args, load)):
                 path = Path(folder) / f"{load}-{n}.json"
                 write_trace(n, load, path)
+                times: list[list[float | None]] = [[] for _ in codes]
+                for _ in range(args.repeat):
+                    for i, code in enumerate(codes):  # before, then after: the same minute
+                        times[i].append(time_simulate(path, args.policy, args.cap, code))
                 cells = []
-                for i, code in enumerate(codes):  # before, then after: the same minute
-                    took = time_simulate(path, args.policy, args.cap, code)
+                for i, runs in enumerate(times):
+                    took = None if None in runs else min(t for t in runs if t is not None)
                     before = previous[i]
                     cells.append(f"{took:.1f} s" if took is not None else f"> {args.cap:g} s")
                     cells.append(f"{took / before:.1f}" if took and before else "-")
