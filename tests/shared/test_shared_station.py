@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import base64
 import grp
+import json
 import os
+import sqlite3
 import stat
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import wait_for
-from station_fixture import Station, make_station
+from station_fixture import SYSTEM_PYTHON, Station, make_station
 
 
 @pytest.fixture
@@ -311,3 +314,86 @@ def test_one_request_naming_several_members_jobs_changes_only_the_callers(
     assert all(station.job(j)["held"] for j in adas)
     assert station.job(bobs[1])["state"] == "cancelled"
     station.wait_state(bobs[0], "succeeded")  # released: it ran
+
+
+# A client that connects and is accepted (a ping), says "ready", then sends the one request it
+# reads from stdin, says "sent", and prints the reply: run as a member, beside raw_client.py.
+_WAITING_CLIENT = """\
+import json, socket, sys
+from raw_client import read_reply, request_frame
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.settimeout(120)
+sock.connect(sys.argv[1])
+sock.sendall(request_frame("ping", {}))
+read_reply(sock)
+print("ready", flush=True)
+asked = json.loads(sys.stdin.readline())
+sock.sendall(request_frame(asked["op"], asked["args"]))
+print("sent", flush=True)
+print(read_reply(sock).decode(), flush=True)
+"""
+
+
+def test_a_request_naming_another_members_jobs_does_not_make_her_wait(
+    station: Station,
+) -> None:
+    """Job control acts on many jobs a slice a turn, and a later request naming a job waits for
+    the one before it to have acted on it (policy/job_claims.py). Bob's cancel of 760 of his
+    held jobs and, last, ada's, and then ada's release of her own job, read in one turn (the
+    engine stopped while both are sent): once his first slice is done, her release is done
+    before his last, since his request, refused on her job, does not claim it. When it did,
+    her release waited for his fourth slice, after all 760 of his cancels (and her queued job
+    could not start meanwhile). The engine may read her request first (then nothing is
+    shown): the round is run again, up to eight times."""
+    script = station.client.parent / "waiting_client.py"
+    script.write_text(_WAITING_CLIENT)
+    script.chmod(0o755)
+    for _ in range(8):
+        cancels, release = _his_cancel_and_her_release(station, script)
+        if cancels[0] < release:  # his request was read first
+            assert release < cancels[-1], (cancels[0], release, cancels[-1])
+            return
+    raise AssertionError("the engine read her request first in every round")
+
+
+def _his_cancel_and_her_release(station: Station, script: Path) -> tuple[list[int], int]:
+    """One round: the event ids of bob's 760 cancels, and of ada's release."""
+    env = {"PATH": "/usr/bin:/bin"}
+    his: list[int] = []
+    for part in range(2):  # at most 500 jobs a submit on the station
+        jobs = [{"name": f"bob-{part}-{k}", "command": ["true"]} for k in range(380)]
+        his += station.ok("bob", "submit", jobs=jobs, env=env, hold=True)["ids"]
+    hers = station.submit("ada", {"name": "ada-0", "command": ["true"]}, hold=True)
+    argv = (SYSTEM_PYTHON, str(script), str(station.socket))
+    assert station.process is not None
+    engine = psutil.Process(station.process.pid)
+    with station.popen_as("bob", *argv) as bob, station.popen_as("ada", *argv) as ada:
+        for member in (bob, ada):  # accepted in this order
+            assert member.stdout is not None and member.stdout.readline() == "ready\n"
+        engine.suspend()
+        try:
+            wait_for(lambda: engine.status() == psutil.STATUS_STOPPED, what="the engine stopped")
+            for member, op, jobs in ((bob, "cancel", [*his, hers]), (ada, "release", [hers])):
+                assert member.stdin is not None and member.stdout is not None
+                member.stdin.write(json.dumps({"op": op, "args": {"jobs": jobs}}) + "\n")
+                member.stdin.flush()
+                assert member.stdout.readline() == "sent\n"
+        finally:
+            engine.resume()
+        assert ada.stdout is not None and bob.stdout is not None
+        assert json.loads(ada.stdout.readline())["result"]["results"][0]["outcome"] == "released"
+        outcomes = json.loads(bob.stdout.readline())["result"]["results"]
+        assert [r["ok"] for r in outcomes] == [True] * len(his) + [False]
+    conn = sqlite3.connect(station.state_dir / "gpudesk.db")
+    try:
+        marks = ",".join("?" * len(his))
+        cancels = [i for (i,) in conn.execute(
+            f"SELECT id FROM events WHERE message = 'cancelled while queued' AND job_id IN "
+            f"({marks}) ORDER BY id", his)]  # fmt: skip
+        ((release,),) = conn.execute(
+            "SELECT id FROM events WHERE kind = 'release' AND job_id = ?", (hers,)
+        ).fetchall()
+    finally:
+        conn.close()
+    assert len(cancels) == len(his)
+    return cancels, release

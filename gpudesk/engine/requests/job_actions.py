@@ -66,19 +66,25 @@ class JobActionRequests(Requests):
         is not started, and a later request naming it waits for this one
         (policy/job_claims.py)."""
         ids = self._find_ids(args.jobs, "jobs")
+        queue, access = self.parts.queue, self.parts.access
+        # not claimed: a queued job the caller may not act on (another member's), so that
+        # naming someone's jobs, each refused, cannot keep them from starting or her waiting
+        claimed = [
+            i for i in ids if not ((j := queue.get(i)) and access.job_refusal(caller, j, verb))
+        ]
         act = partial(self._act_on, caller=caller, verb=verb, action=action, at_once=at_once)
-        return in_turns(self._in_slices(ids, act))
+        return in_turns(self._in_slices(ids, claimed, act))
 
     def _in_slices(
-        self, ids: list[int], act: Callable[[list[int]], list[ActionOutcome]]
+        self, ids: list[int], claimed: list[int], act: Callable[[list[int]], list[ActionOutcome]]
     ) -> Generator[None, None, ActionResult]:
-        """`act` on `ids`, SLICE_JOBS a turn, once no earlier request has any of them still to
-        act on; each slice's jobs let go as soon as it is done."""
+        """`act` on `ids`, SLICE_JOBS a turn, once no earlier request has any of `claimed`
+        still to act on; each slice's jobs let go as soon as it is done."""
         claims = self.parts.queue.claims
-        ticket = claims.take(ids)
+        ticket = claims.take(claimed)
         results: list[ActionOutcome] = []
         try:
-            while not claims.first(ticket, ids):
+            while not claims.first(ticket, claimed):
                 yield
             for start in range(0, len(ids), SLICE_JOBS):
                 if start:
