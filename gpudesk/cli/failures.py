@@ -38,5 +38,11 @@ def reported_failures() -> Iterator[None]:
         sys.exit(EXIT_FAILED)
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
+    except RuntimeError as exc:
+        # Python 3.11 wraps what a `__set_name__` raises (a dataclass field's, as a module of
+        # ours is first imported) in a RuntimeError: a Ctrl-C that lands there is one
+        if not isinstance(exc.__cause__, KeyboardInterrupt):
+            raise
+        sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:
         os._exit(0)  # `gpudesk queue | head`: the reader left; that is not an error
