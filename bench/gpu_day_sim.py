@@ -1,0 +1,130 @@
+"""The simulator's prediction for a real GPU day of bench/gpu_day.py, beside what the GPU did.
+
+    python bench/gpu_day_sim.py bench/results/h200-2026-12-04/run1/hardware_truth.json
+
+The day's jobs become a trace (DIR/day_trace.json): each arriving at 0 with its run time alone
+as the day's `exclusive` run measured it (start to end: Python, torch and CUDA start-up
+included, as the GPU spent it), its hints as memory and SM share, its size as its model (so the
+simulator learns per size as the engine learns per command family) and progress lines. That
+trace is replayed on a SIMULATED H200 under each policy the GPU ran, with the published model
+as the truth and with other truths (`--truth`, `--truth-form`), and each policy's simulated
+makespan and mean completion time are printed beside the real ones, and the ratio of auto to
+forced MPS on both sides: whether the simulator, the judge of issue 39's targets, ranks the
+policies as the GPU did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+STATION = "sim:h200x1"
+KIND_CLASS = {"heavy": "heavy", "medium": "medium", "light": "light"}
+
+
+def day_trace(result: dict[str, Any]) -> dict[str, Any]:
+    """The day as a trace, from its exclusive run (run times alone) and its profile's hints."""
+    day = result["checks"]["day"]["policies"]
+    alone = day["exclusive"]
+    hints = hints_of(alone["profile"])
+    jobs = []
+    for index, job in enumerate(sorted(alone["jobs"], key=lambda j: j["id"]), start=1):
+        kind = job["name"].split("-")[0]
+        mem_gb, sm = hints[job["name"]]
+        jobs.append(
+            {
+                "id": index,
+                "arrival_s": 0,
+                "task": job["name"],
+                "model": f"digits-{kind}",
+                "class": KIND_CLASS[kind],
+                "gpus": 1,
+                "exclusive_minutes": round((job["ended_at"] - job["started_at"]) / 60.0, 5),
+                "peak_memory_mb": mem_gb * 1024.0,
+                "sm_pct": sm,
+                "progress": True,
+            }
+        )
+    return {
+        "name": "gpu-day",
+        "source": "bench/gpu_day.py on a real H200: run times alone from its exclusive run",
+        "station": STATION.removeprefix("sim:"),
+        "jobs": jobs,
+    }
+
+
+def hints_of(profile: str) -> dict[str, tuple[float, float]]:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    parsed = tomllib.loads(profile)
+    return {j["name"]: (float(j["memory_gb"]), float(j["sm_pct"])) for j in parsed["jobs"]}
+
+
+def real_figures(result: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
+    """policy -> [(makespan, mean JCT)] over its runs (a repeat is `POLICY#2`)."""
+    figures: dict[str, list[tuple[float, float]]] = {}
+    for key, run in result["checks"]["day"]["policies"].items():
+        if run.get("makespan_s") is not None:
+            figures.setdefault(key.split("#")[0], []).append((run["makespan_s"], run["mean_jct_s"]))
+    return figures
+
+
+def simulate(trace: Path, policies: list[str], extra: list[str]) -> dict[str, tuple[float, float]]:
+    argv = [sys.executable, "-m", "gpudesk", "simulate", str(trace), "--station", STATION]
+    argv += ["-p", ",".join(policies), "--estimator", "measured", "--json", *extra]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"simulate failed ({done.returncode}): {done.stderr.strip()}")
+    results = {r["policy"]: r for r in json.loads(done.stdout)["results"]}
+    return {p: (results[p]["makespan_s"], results[p]["mean_jct_s"]) for p in policies}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("result", type=Path, help="a gpu_day hardware_truth.json with a day")
+    parser.add_argument("--runs", type=Path, nargs="*", default=[], help="more days, same jobs")
+    args = parser.parse_args()
+    result = json.loads(args.result.read_text())
+    trace = day_trace(result)
+    real = real_figures(result)
+    for extra_run in args.runs:
+        for policy, rows in real_figures(json.loads(extra_run.read_text())).items():
+            real.setdefault(policy, []).extend(rows)
+    policies = [p for p in ("exclusive", "naive", "mps", "auto") if p in real]
+    folder = Path(tempfile.mkdtemp(prefix="gpu-day-sim-"))
+    path = folder / "day_trace.json"
+    path.write_text(json.dumps(trace, indent=1))
+    truths = {
+        "published model": [],
+        "H200 calibration": ["--truth", str(REPO / "bench/results/h200-2026-11-29/calibrate.json")],
+        "unequal pairs (queueing-h100)": ["--truth-form", "queueing-h100"],
+    }
+    print(f"trace: {path} ({len(trace['jobs'])} jobs, SIMULATED {STATION})")
+    print(f"{'':47} " + " ".join(f"{p:>17}" for p in policies) + "   auto/mps (span, JCT)")
+    means = {p: tuple(statistics.mean(r[i] for r in real[p]) for i in (0, 1)) for p in policies}
+    rows = {"real H200 (mean of runs)": means}
+    for name, extra in truths.items():
+        rows[f"SIMULATED, truth: {name}"] = simulate(path, policies, extra)
+    for name, figures in rows.items():
+        cells = " ".join(f"{figures[p][0]:7.1f} / {figures[p][1]:6.1f}" for p in policies)
+        ratio = ""
+        if "auto" in figures and "mps" in figures:
+            ratio = f"   {figures['auto'][0] / figures['mps'][0]:.3f}, "
+            ratio += f"{figures['auto'][1] / figures['mps'][1]:.3f}"
+        print(f"{name:47} {cells}{ratio}")
+    print("(each cell: makespan s / mean JCT s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""bench/gpu_day.py (issue 39's checks on a lent GPU) and bench/gpu_day_sim.py (the simulator's
+prediction for the same day), checked without a GPU: the day's profile is one the product
+loads, with the hints the script means; the recorded H200 day becomes a trace the simulator
+accepts, with the run times the GPU measured alone; a repeated policy is averaged, not lost."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from gpudesk.policy.trace import load_trace
+from gpudesk.profile import load_profile
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+RECORDED = BENCH / "results" / "h200-2026-12-04" / "run1" / "hardware_truth.json"
+
+
+def load(name: str) -> ModuleType:
+    sys.path.insert(0, str(BENCH))
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_days_profile_loads_with_each_sizes_hints_and_epochs(tmp_path: Path) -> None:
+    day = load("gpu_day")
+    sizing = {"heavy": {"epochs": 457}, "medium": {"epochs": 408}, "light": {"epochs": 113}}
+    path = tmp_path / "day.toml"
+    path.write_text(day.day_profile("auto", "cuda", sizing))
+    profile = load_profile(path)
+    jobs = {job.name: job for job in profile.jobs}
+    assert sorted(jobs) == sorted(
+        [f"heavy-{i}" for i in range(2)]
+        + [f"medium-{i}" for i in range(2)]
+        + [f"light-{i}" for i in range(4)]
+    )
+    heavy, light = jobs["heavy-1"], jobs["light-3"]
+    assert (heavy.memory_gb, heavy.sm_pct, light.memory_gb, light.sm_pct) == (4, 90, 1, 10)
+    assert heavy.command[heavy.command.index("--epochs") + 1] == "457"
+    assert heavy.command[heavy.command.index("--hidden") + 1] == "4096"
+    assert heavy.command[heavy.command.index("--device") + 1] == "cuda"
+    # every job its own seed: distinct commands, as a real sweep's members are
+    assert len({tuple(job.command) for job in profile.jobs}) == 8
+
+
+def test_a_result_line_is_found_after_progress_and_a_bad_one_is_not_taken() -> None:
+    day = load("gpu_day")
+    text = 'progress 10/20\nresult {"val_acc": 0.5}\nepoch 2/2\n'
+    assert day.result_line(text) == {"val_acc": 0.5}
+    assert day.result_line("result {not json\n") is None
+
+
+def test_the_recorded_h200_day_becomes_a_trace_of_its_measured_run_times(tmp_path: Path) -> None:
+    sim = load("gpu_day_sim")
+    recorded = json.loads(RECORDED.read_text())
+    trace = sim.day_trace(recorded)
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace))
+    loaded = load_trace(path)
+    assert loaded.sim_station == "sim:h200x1" and len(loaded.jobs) == 8
+    alone = {
+        job["name"]: job["ended_at"] - job["started_at"]
+        for job in recorded["checks"]["day"]["policies"]["exclusive"]["jobs"]
+    }
+    for job in loaded.jobs:
+        assert abs(job.exclusive_s - alone[job.name]) < 0.01, job.name
+        assert job.arrival_s == 0 and job.progress
+    by_name = {job.name: job for job in loaded.jobs}
+    assert by_name["heavy-0"].sm_pct == 90 and by_name["light-0"].peak_memory_mib == 1024
+
+
+def test_a_policy_run_twice_counts_both_runs() -> None:
+    sim = load("gpu_day_sim")
+    result = {
+        "checks": {
+            "day": {
+                "policies": {
+                    "mps": {"makespan_s": 30.0, "mean_jct_s": 10.0},
+                    "mps#2": {"makespan_s": 40.0, "mean_jct_s": 20.0},
+                    "auto": {"makespan_s": None, "mean_jct_s": None},  # a run that lost a job
+                }
+            }
+        }
+    }
+    assert sim.real_figures(result) == {"mps": [(30.0, 10.0), (40.0, 20.0)]}
