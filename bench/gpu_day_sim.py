@@ -26,18 +26,23 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 STATION = "sim:h200x1"
+DIGITS_TRAIN_SAMPLES = 1437  # 80 % of scikit-learn's 1,797 digits (gpudesk/workloads/data.py)
 KIND_CLASS = {"heavy": "heavy", "medium": "medium", "light": "light"}
 
 
-def day_trace(result: dict[str, Any]) -> dict[str, Any]:
-    """The day as a trace, from its exclusive run (run times alone) and its profile's hints."""
-    day = result["checks"]["day"]["policies"]
-    alone = day["exclusive"]
+def day_trace(result: dict[str, Any], life_average: bool = False) -> dict[str, Any]:
+    """The day as a trace, from its exclusive run (run times alone) and its profile's hints;
+    with `life_average` each SM hint scaled by the share of the job's run it spent training
+    (the hints are SM use while training; start-up and per-epoch validation make the rest)."""
+    day = result["checks"]["day"]
+    alone = day["policies"]["exclusive"]
     hints = hints_of(alone["profile"])
     jobs = []
     for index, job in enumerate(sorted(alone["jobs"], key=lambda j: j["id"]), start=1):
         kind = job["name"].split("-")[0]
         mem_gb, sm = hints[job["name"]]
+        if life_average:
+            sm = round(sm * training_share(job, day["sizing"][kind]["epochs"]), 1)
         jobs.append(
             {
                 "id": index,
@@ -58,6 +63,13 @@ def day_trace(result: dict[str, Any]) -> dict[str, Any]:
         "station": STATION.removeprefix("sim:"),
         "jobs": jobs,
     }
+
+
+def training_share(job: dict[str, Any], epochs: int) -> float:
+    """The share of the job's run alone spent training: its epochs' samples at its training
+    throughput (`samples_per_s` counts training time only), over its run time."""
+    training_s = epochs * DIGITS_TRAIN_SAMPLES / float(job["samples_per_s"])
+    return min(1.0, training_s / (job["ended_at"] - job["started_at"]))
 
 
 def hints_of(profile: str) -> dict[str, tuple[float, float]]:
@@ -93,9 +105,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("result", type=Path, help="a gpu_day hardware_truth.json with a day")
     parser.add_argument("--runs", type=Path, nargs="*", default=[], help="more days, same jobs")
+    parser.add_argument(
+        "--life-average",
+        action="store_true",
+        help="SM hints scaled by each job's share of its run spent training",
+    )
     args = parser.parse_args()
     result = json.loads(args.result.read_text())
-    trace = day_trace(result)
+    trace = day_trace(result, args.life_average)
     real = real_figures(result)
     for extra_run in args.runs:
         for policy, rows in real_figures(json.loads(extra_run.read_text())).items():

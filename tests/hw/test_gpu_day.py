@@ -88,3 +88,14 @@ def test_a_policy_run_twice_counts_both_runs() -> None:
         }
     }
     assert sim.real_figures(result) == {"mps": [(30.0, 10.0), (40.0, 20.0)]}
+
+
+def test_life_average_hints_scale_each_sm_hint_by_its_training_share() -> None:
+    """The heavy job trained a quarter of its run alone (3.1 s of 12.5 s on the H200): its 90 %
+    hint becomes ~22 %; a light job's 10 % about halves."""
+    sim = load("gpu_day_sim")
+    recorded = json.loads(RECORDED.read_text())
+    given = {j["task"]: j["sm_pct"] for j in sim.day_trace(recorded)["jobs"]}
+    scaled = {j["task"]: j["sm_pct"] for j in sim.day_trace(recorded, True)["jobs"]}
+    assert given["heavy-0"] == 90 and 20 <= scaled["heavy-0"] <= 25
+    assert given["light-0"] == 10 and 4 <= scaled["light-0"] <= 5
