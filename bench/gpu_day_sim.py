@@ -144,4 +144,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.path.insert(0, str(REPO / "bench"))
+    from quiet_pipe import run_main
+
+    run_main(main)
