@@ -1,0 +1,176 @@
+"""GPU jobs failed by placement on a station with no GPUs: how long the engine's loop is held
+while it fails them (every other client waits that long).
+
+    python bench/placement_failures.py [--jobs 3000] [--ids 500] [--rounds 10] [--json]
+
+Builds a store as `bench/store_scale.py` does (`--jobs` finished jobs over 60 days, 60% of them
+asking for one GPU) and starts a personal engine on it with no GPUs (backend none, 4 slots).
+Then, `--rounds` times: the station drained, `--ids` of the finished GPU jobs requeued in one
+request (an admin clearing up after the GPUs went away), and the station undrained. None of
+them can ever run here, so the placement pass fails each ("asks for 1 GPU but this station
+has none"). From the undrain until every one is failed again, another client, in a process of
+its own, pings one ping after another. Measured: the time from the undrain until all are
+failed (the slowest round's), the engine's slowest turns of its loop (`status` reply, "loop":
+the turn's time and the step that took most of it), and the pings' p50, p99 and longest round
+trip over all the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from job_actions import _all, _flush_window
+from store_scale import build_store, commit, start_timed_engine, stop, user_env
+
+from gpudesk.api.connection import Connection
+from gpudesk.paths import Home
+
+DEADLINE_S = 120.0  # the jobs not all failed by then: said as such, not waited for
+
+
+class Pinger:
+    """Pings from another process, one after another, while the block runs: each round trip
+    (seconds) in `seen`."""
+
+    SCRIPT = (
+        "import sys, time, select\n"
+        "from pathlib import Path\n"
+        "from gpudesk.api.connection import Connection\n"
+        "from gpudesk.paths import Home\n"
+        "conn = Connection(Home(Path(sys.argv[1])), timeout=300.0)\n"
+        "conn.request('ping'); print('ready', flush=True)\n"
+        "seen = []\n"
+        "while not select.select([sys.stdin], [], [], 0)[0]:\n"
+        "    started = time.perf_counter(); conn.request('ping')\n"
+        "    seen.append(time.perf_counter() - started)\n"
+        "print(*seen)\n"
+    )
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self.seen: list[float] = []
+
+    def __enter__(self) -> Pinger:
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", self.SCRIPT, str(self.home.root)],
+            env=user_env(self.home),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._process.stdin is not None and self._process.stdout is not None
+        assert self._process.stdout.readline().strip() == "ready"
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        out, _ = self._process.communicate("stop\n", timeout=300)
+        self.seen = [float(x) for x in out.split()]
+
+
+def measure(home: Home, ids: int, rounds: int) -> dict[str, Any]:
+    result: dict[str, Any] = {"engine_start_s": start_timed_engine(home)}
+    with Connection(home, timeout=300.0) as conn:
+        finished = _all(conn, ["succeeded", "failed", "cancelled"], 1)
+        gpu_jobs = [j["id"] for j in finished if j["spec"]["gpus"]][:ids]
+        if len(gpu_jobs) < ids:
+            raise SystemExit(f"only {len(gpu_jobs)} finished GPU jobs in the store; raise --jobs")
+        _flush_window(conn)
+        pings: list[float] = []
+        failed: list[float | None] = []
+        for _ in range(rounds):
+            conn.request("drain")
+            conn.request("requeue", jobs=gpu_jobs)
+            with Pinger(home) as pinger:
+                started = time.perf_counter()
+                conn.request("undrain")
+                failed.append(_wait_failed(conn, started))
+            pings += pinger.seen
+        done = [s for s in failed if s is not None]
+        result["all_failed_s"] = max(done) if len(done) == len(failed) else None
+        result["ping"] = _summary(pings)
+        loop = conn.request("status").get("loop") or {}
+        result["turns"] = (loop.get("turns") or {}).get("slowest") or []
+        reasons = {j["reason"] for j in conn.request("jobs", ids=gpu_jobs)["jobs"]}
+        result["reasons"] = sorted(r or "" for r in reasons)
+    result["ids"], result["rounds"] = len(gpu_jobs), rounds
+    return result
+
+
+def _wait_failed(conn: Connection, started: float) -> float | None:
+    """Seconds from `started` until no job is queued (the store holds no other); None past
+    DEADLINE_S."""
+    while time.perf_counter() - started < DEADLINE_S:
+        if not conn.request("status")["counts"].get("queued", 0):
+            return round(time.perf_counter() - started, 3)
+        time.sleep(0.005)
+    return None
+
+
+def _summary(seen: list[float]) -> dict[str, float]:
+    ordered = sorted(seen) or [0.0]
+
+    def at(share: float) -> float:
+        return round(ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))] * 1000, 2)
+
+    return {"p50_ms": at(0.5), "p99_ms": at(0.99), "max_ms": at(1.0), "pings": len(seen)}
+
+
+def report(result: dict[str, Any]) -> str:
+    ping = result["ping"]
+    done = result["all_failed_s"]
+    lines = [
+        f"{result['date']}, {result['machine']}, commit {result['commit']}",
+        f"store: {result['jobs']:,} finished jobs; engine start {result['engine_start_s']} s",
+        f"{result['ids']} GPU jobs requeued on a station with no GPUs, {result['rounds']} "
+        "times: all failed again "
+        + (f"{done} s after the undrain" if done is not None else f"not within {DEADLINE_S:.0f} s")
+        + " (the slowest round's)",
+        f"reasons: {'; '.join(result['reasons'])}",
+        f"another client's ping meanwhile: p50 {ping['p50_ms']} ms, p99 {ping['p99_ms']} ms, "
+        f"max {ping['max_ms']} ms ({ping['pings']} pings)",
+        "the loop's slowest turns: "
+        + ", ".join(f"{t['ms']} ms ({t['step']} {t['step_ms']})" for t in result["turns"]),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=3_000, help="finished jobs in the store")
+    parser.add_argument("--ids", type=int, default=500, help="GPU jobs requeued")
+    parser.add_argument("--rounds", type=int, default=10, help="requeues of them, one by one")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if not 0 < args.ids <= args.jobs or args.rounds < 1:
+        parser.error("need 0 < --ids <= --jobs and --rounds >= 1")
+    with tempfile.TemporaryDirectory(prefix="gpudesk-placement-") as tmp:
+        home = Home(Path(tmp) / "home")
+        result: dict[str, Any] = {
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}",
+            "commit": commit(),
+            "jobs": args.jobs,
+        }
+        result["store"] = build_store(home, args.jobs, 0)
+        try:
+            result.update(measure(home, args.ids, args.rounds))
+        finally:
+            stop(home)
+    print(json.dumps(result, indent=2) if args.json else report(result))
+    return 0
+
+
+if __name__ == "__main__":
+    from quiet_pipe import run_main
+
+    run_main(main)
