@@ -39,6 +39,11 @@ log = logging.getLogger("gpudesk.engine")
 
 T = TypeVar("T")
 
+# Jobs a request acts on (or placement fails) in one turn of the loop: 50-90 us a job on the 2-core
+# VM (docs/benchmarks.md, "One transaction a request"), so 13-22 ms a slice, under half of issue
+# 36's 50 ms a request, room left for a busier machine and the rest of the turn. A design choice,
+# not a tuned value (more slices cost a commit and a turn each).
+SLICE_JOBS = 250
 # Assumption: 4 threads cover the slow requests a group makes at once (log reads of Slurm jobs,
 # Slurm commands at submit); they mostly wait on a subprocess, so they cost the loop no CPU.
 WORKERS = 4

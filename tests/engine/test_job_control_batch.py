@@ -21,7 +21,7 @@ from gpudesk.core.identity import Caller, Identity
 from gpudesk.core.job_changes import CancelQueued, Requeue, SetHeld, SetPriority
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.requests.job_actions import SLICE_JOBS
+from gpudesk.engine.offloop import SLICE_JOBS
 from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 

@@ -30,7 +30,7 @@ from gpudesk.core import protocol
 from gpudesk.core.jobs import JobSpec
 from gpudesk.paths import Home
 
-SLICE = 250  # engine/requests/job_actions.py's SLICE_JOBS
+SLICE = 250  # engine/offloop.py's SLICE_JOBS
 NAMED = 3 * SLICE + 10  # four slices
 
 

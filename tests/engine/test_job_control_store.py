@@ -113,7 +113,7 @@ def test_only_a_queued_job_can_be_held_and_leaving_the_queue_clears_it(
         set_held(store, running.id, True)
     assert not store.job(running.id).held
     set_held(store, cancelled.id, True)
-    store.finish_queued(cancelled.id, JobState.CANCELLED, "cancelled while queued")
+    store.finish_queued([(cancelled.id, "cancelled while queued")], JobState.CANCELLED)
     assert not store.job(cancelled.id).held
 
 

@@ -162,9 +162,9 @@ def test_attempt_lifecycle(store: Store, tmp_path: Path) -> None:
 
 def test_illegal_transitions_are_refused_and_change_nothing(store: Store, tmp_path: Path) -> None:
     (job,) = store.submit([spec()])
-    store.finish_queued(job.id, JobState.CANCELLED, "cancelled")
+    store.finish_queued([(job.id, "cancelled")], JobState.CANCELLED)
     with pytest.raises(InvalidTransition):
-        store.finish_queued(job.id, JobState.FAILED, "again")
+        store.finish_queued([(job.id, "again")], JobState.FAILED)
     with pytest.raises(InvalidTransition):
         store.start_attempt(job.id, {"slot": "cpu:0"}, tmp_path)
     assert store.job(job.id).state is JobState.CANCELLED

@@ -16,18 +16,12 @@ from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import ActionOutcome, ActionResult
 from gpudesk.core.wire.requests import CancelArgs, JobRefsArgs, PriorityArgs
 from gpudesk.engine.job_control import JobOutcome
-from gpudesk.engine.offloop import NextTurn, in_turns
+from gpudesk.engine.offloop import SLICE_JOBS, NextTurn, in_turns
 from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.policy import user_limits
 
 log = logging.getLogger("gpudesk.engine")
 
-# Jobs a request acts on in one turn of the loop. Measured on the 2-core VM (docs/benchmarks.md,
-# "One transaction a request"): 50-90 us a job (a cancel of queued jobs; a requeue of finished
-# ones, read from the store first), so a slice holds the loop about 13-22 ms: under half of
-# issue 36's 50 ms a request, leaving room for a slower or busier machine and for the rest of
-# the turn. A design choice, not a tuned value (more slices cost a commit and a turn each).
-SLICE_JOBS = 250
 GONE = "no longer a job: its submission to Slurm failed as a whole, and it was forgotten"
 
 

@@ -214,13 +214,15 @@ class JobTables(StoreConnection):
         self._add_event(conn, "state", message, job_id=job_id, state=new, now=now)
 
     def finish_queued(
-        self, job_id: int, state: JobState, reason: str, now: float | None = None
+        self, ended: Iterable[tuple[int, str]], state: JobState, now: float | None = None
     ) -> None:
-        """End a job that never started (cancelled in the queue, or impossible to place)."""
+        """End jobs that never started (cancelled in the queue, or impossible to place), each
+        (id, reason) of `ended`, in one transaction: all of them, or none."""
         now = now or time.time()
-        reason = safe_text(reason)
         with self.transaction() as conn:
-            self._transition(conn, job_id, state, reason, now, ended_at=now, reason=reason, held=0)
+            for job_id, reason in ended:
+                said = safe_text(reason)
+                self._transition(conn, job_id, state, said, now, ended_at=now, reason=said, held=0)
 
     # ------------------------------------------------------------ job control
     def edit(self, job_id: int, edit: JobEdit, now: float | None = None) -> JobRecord:

@@ -100,14 +100,14 @@ class _PageQuery:
 
 def _page_query(
     limit: int,
-    states: Collection[JobState] | None,
-    group: str | None,
-    ids: Collection[int] | None,
-    owner_uid: int | None,
-    after_id: int | None,
-    before_id: int | None,
-    newest: bool,
-    archived: bool,
+    states: Collection[JobState] | None = None,
+    group: str | None = None,
+    ids: Collection[int] | None = None,
+    owner_uid: int | None = None,
+    after_id: int | None = None,
+    before_id: int | None = None,
+    newest: bool = False,
+    archived: bool = False,
 ) -> _PageQuery | None:
     """The SQL of a page (None: nothing can match)."""
     clauses: list[str] = []
@@ -209,20 +209,9 @@ class JobListing(StoreConnection):
 
     def page_plan(self, **filters: Any) -> list[str]:
         """EXPLAIN QUERY PLAN of the page query `jobs_page` runs with these filters (each step's
-        words): the proof, in the tests, that a listing walks an index."""
-        query = _page_query(
-            filters.pop("limit", 100),
-            filters.pop("states", None),
-            filters.pop("group", None),
-            filters.pop("ids", None),
-            filters.pop("owner_uid", None),
-            filters.pop("after_id", None),
-            filters.pop("before_id", None),
-            filters.pop("newest", False),
-            filters.pop("archived", False),
-        )
-        if filters:
-            raise TypeError(f"unknown filters: {', '.join(filters)}")
+        words): the proof, in the tests, that a listing walks an index. An unknown filter
+        raises TypeError."""
+        query = _page_query(**{"limit": 100, **filters})
         return [] if query is None else self._plan(query.page_sql, query.page_params)
 
     def archive_finished(self, ended_before: float, batch: int) -> int:
