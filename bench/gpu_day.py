@@ -10,9 +10,13 @@ preemption, through the real engine (NVML backend, MPS daemons of its own).
   completion time (end - submit), the GPU's energy over the run (NVML's counter), and per job
   its placement (mode, reason) and throughput. During the `auto` run, every running job's
   remaining-time estimate (`gpudesk queue --json`, item 1 of the issue) is sampled, to be set
-  against when the job really ended. Each size is timed alone first (a short run) so the jobs
-  are about `--job-s` seconds each; the measured run times go into a trace for `gpudesk
-  simulate` (DIR/day_trace.json) so the simulator's prediction can be set beside the GPU's.
+  against when the job really ended, and each waiting job's reason (`gpudesk show`'s
+  `waiting`) kept once (on a policy's first run; a repeat runs unsampled); NVML's SM activity,
+  DRAM bandwidth and kernel-active time in 1-s windows over each run, to set the hints
+  against. Each size is timed alone first (a short run, its later epochs' steady rate) so a
+  heavy job *trains* about `--job-s` seconds (start-up and per-epoch validation come on top);
+  `bench/gpu_day_sim.py` turns the exclusive run into a trace and sets the simulator's
+  prediction beside the GPU's.
 - `memory`: (a) a job whose hint (`--mem`) is above the whole GPU's memory runs instead of
   failing on its hint; (b) a job that allocates far more than its hint, started beside a job
   that really holds most of the GPU, runs out of memory (under MPS: at its
@@ -54,6 +58,7 @@ from hardware_truth import (  # noqa: E402
     DIGITS_TRAIN_SAMPLES,
     PYTHON,
     TAIL,
+    Meter,
     Run,
     gpudesk,
     parse_json,
@@ -204,14 +209,32 @@ def size_kinds(run: Run, device: str, job_s: float) -> dict[str, Any]:
         if not result or not result.get("samples_per_s"):
             sizing[kind] = {"trial": tail(done), "epochs": None}
             continue
-        per_epoch = DIGITS_TRAIN_SAMPLES / float(result["samples_per_s"])
+        # the steady rate: the later half of the trial's epochs (its first ones pay cuBLAS's
+        # and the allocator's warm-up; sized on the whole trial, the first H200 day's jobs
+        # trained a third of what was meant)
+        steady = steady_samples_per_s(done.get("stdout", "")) or float(result["samples_per_s"])
+        per_epoch = DIGITS_TRAIN_SAMPLES / steady
         sizing[kind] = {
             "trial_epochs": trial,
             "trial_wall_s": result.get("wall_s"),
             "trial_samples_per_s": result["samples_per_s"],
+            "steady_samples_per_s": round(steady, 1),
             "epochs": max(3, min(20000, round(job_s * share / per_epoch))),
         }
     return sizing
+
+
+def steady_samples_per_s(text: str) -> float | None:
+    """The median samples/s of the later half of a digits run's `epoch E/N ... samples/s X`
+    lines, or None where it printed too few."""
+    rates = []
+    for line in text.splitlines():
+        words = line.split()
+        if words[:1] == ["epoch"] and "samples/s" in words:
+            with contextlib.suppress(ValueError, IndexError):
+                rates.append(float(words[words.index("samples/s") + 1]))
+    later = rates[len(rates) // 2 :]
+    return statistics.median(later) if len(later) >= 3 else None
 
 
 def day_profile(policy: str, device: str, sizing: dict[str, Any]) -> str:
@@ -238,33 +261,47 @@ def day_profile(policy: str, device: str, sizing: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sample_remaining(env: dict[str, str], stop: threading.Event, into: list[Any]) -> None:
-    """Every ~2 s, each running job's remaining-time estimate as `gpudesk queue --json` gives it."""
+def sample_queue(
+    env: dict[str, str], stop: threading.Event, into: list[Any], waits: dict[int, Any]
+) -> None:
+    """Every ~2 s, each running job's remaining-time estimate as `gpudesk queue --json` gives
+    it; and once for each job seen waiting, why, as `gpudesk show` says it (its `waiting`)."""
+
+    def cli(*args: str) -> Any:
+        done = subprocess.run(gpudesk(*args), env=env, capture_output=True, text=True, timeout=20)
+        return parse_json(done.stdout)
+
     while not stop.is_set():
         began = time.time()
         with contextlib.suppress(Exception):
-            done = subprocess.run(
-                gpudesk("queue", "--json"), env=env, capture_output=True, text=True, timeout=20
-            )
-            listed = parse_json(done.stdout)
+            listed = cli("queue", "--json")
             jobs = listed.get("jobs", listed) if isinstance(listed, dict) else listed
             for job in jobs or []:
                 if job.get("state") == "running" and job.get("remaining"):
                     into.append({"t": round(began, 2), "id": job["id"], **job["remaining"]})
+                elif job.get("state") == "queued" and job["id"] not in waits:
+                    shown = cli("show", str(job["id"]), "--json") or {}
+                    waits[job["id"]] = {
+                        "t": round(began, 2),
+                        "name": job.get("name"),
+                        "code": job.get("wait_reason"),
+                        "waiting": shown.get("waiting"),
+                    }
         stop.wait(max(0.2, 2.0 - (time.time() - began)))
 
 
 def day_policy(
-    run: Run, policy: str, device: str, sizing: dict[str, Any], sample: bool
+    run: Run, policy: str, device: str, sizing: dict[str, Any], sample: bool, meter: Meter
 ) -> dict[str, Any]:
-    """One run of the day under `policy`; with `sample`, remaining-time estimates sampled."""
+    """One run of the day under `policy`; with `sample`, the queue sampled (`sample_queue`)."""
     home = Path(tempfile.mkdtemp(prefix=f"home-day-{policy}-", dir=run.tmp))
     profile = home.with_suffix(".toml")
     profile.write_text(day_profile(policy, device, sizing))
     env = dict(run.env, GPUDESK_HOME=str(home))
     remaining: list[Any] = []
+    waits: dict[int, Any] = {}
     stop = threading.Event()
-    sampler = threading.Thread(target=sample_remaining, args=(env, stop, remaining), daemon=True)
+    sampler = threading.Thread(target=sample_queue, args=(env, stop, remaining, waits), daemon=True)
     energy0 = gpu_energy_mj()
     began = time.time()
     if sample:
@@ -310,6 +347,10 @@ def day_policy(
         "modes": {j["name"]: [a["mode"] for a in j["attempts"]] for j in jobs},
         "jobs": jobs,
         "remaining_samples": remaining,
+        "waiting": list(waits.values()),
+        # the GPU over the run (NVML, 1-s windows): medians over all windows and over those
+        # with kernels running, to set the jobs' hints against
+        "gpu": meter.between(began, ended),
     }
 
 
@@ -321,27 +362,43 @@ def check_day(run: Run, job_s: float, policies: tuple[str, ...]) -> dict[str, An
     if any(not s.get("epochs") for s in sizing.values()):
         result["error"] = "a sizing run did not finish"
         return result
-    for index, policy in enumerate(policies):
-        # a policy named twice is run twice (run-to-run noise): the second as POLICY#2
-        key = (
-            policy
-            if policy not in policies[:index]
-            else f"{policy}#{policies[:index].count(policy) + 1}"
-        )
-        try:
-            # the first auto run only: a repeat shows whether sampling (a CLI call every 2 s)
-            # moves the figures
-            sample = policy == "auto" and "auto" not in policies[:index]
-            result["policies"][key] = day_policy(run, policy, device, sizing, sample)
-        except Exception:
-            result["policies"][key] = {"error": traceback.format_exc()[-TAIL:]}
-        run.save()
-        shown = result["policies"][key]
-        run.say(
-            f"   {key}: makespan {shown.get('makespan_s')} s, mean JCT {shown.get('mean_jct_s')}"
-            f" s, energy {shown.get('gpu_energy_j')} J, modes {shown.get('modes')}"
-        )
+    with Meter(run.env) as meter:
+        for index in range(len(policies)):
+            day_run(run, result, policies, index, device, sizing, meter)
+    result["meter_error"] = meter.error
     return result
+
+
+def day_run(
+    run: Run,
+    result: dict[str, Any],
+    policies: tuple[str, ...],
+    index: int,
+    device: str,
+    sizing: dict[str, Any],
+    meter: Meter,
+) -> None:
+    """The day's `index`-th run, under `policies[index]`, into result["policies"]."""
+    policy = policies[index]
+    # a policy named twice is run twice (run-to-run noise): the second as POLICY#2
+    key = (
+        policy
+        if policy not in policies[:index]
+        else f"{policy}#{policies[:index].count(policy) + 1}"
+    )
+    try:
+        # a policy's first run only: a repeat shows whether sampling (CLI calls every 2 s)
+        # moves the figures
+        sample = policy not in policies[:index]
+        result["policies"][key] = day_policy(run, policy, device, sizing, sample, meter)
+    except Exception:
+        result["policies"][key] = {"error": traceback.format_exc()[-TAIL:]}
+    run.save()
+    shown = result["policies"][key]
+    run.say(
+        f"   {key}: makespan {shown.get('makespan_s')} s, mean JCT {shown.get('mean_jct_s')}"
+        f" s, energy {shown.get('gpu_energy_j')} J, modes {shown.get('modes')}"
+    )
 
 
 # ================================================================================ memory
@@ -472,7 +529,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="folder for the results")
     parser.add_argument("--fakes", action="store_true", help="run against tests/fakes, no GPU")
     parser.add_argument("--budget-s", type=float, default=330.0, help="the whole run's limit")
-    parser.add_argument("--job-s", type=float, default=10.0, help="a heavy job alone, s")
+    parser.add_argument("--job-s", type=float, default=10.0, help="a heavy job's training alone, s")
     parser.add_argument("--only", help="comma-separated checks (default: all, in order)")
     parser.add_argument("--policies", default=",".join(POLICIES), help="the day's policies")
     args = parser.parse_args()

@@ -99,3 +99,15 @@ def test_life_average_hints_scale_each_sm_hint_by_its_training_share() -> None:
     scaled = {j["task"]: j["sm_pct"] for j in sim.day_trace(recorded, True)["jobs"]}
     assert given["heavy-0"] == 90 and 20 <= scaled["heavy-0"] <= 25
     assert given["light-0"] == 10 and 4 <= scaled["light-0"] <= 5
+
+
+def test_sizing_takes_the_steady_rate_of_a_trials_later_epochs() -> None:
+    """The H200 trial's first epochs paid the warm-up: sized on the whole trial, the first
+    day's jobs trained a third of what was meant. The later half's median is the rate."""
+    day = load("gpu_day")
+    lines = [
+        f"epoch {e}/8 loss 0.1 train_acc 0.9 val_acc 0.9 samples/s {r} time 0.01s"
+        for e, r in enumerate([900, 20000, 150000, 200000, 210000, 205000, 190000, 215000], 1)
+    ]
+    assert day.steady_samples_per_s("\n".join(["config ...", *lines])) == 207500
+    assert day.steady_samples_per_s("\n".join(lines[:4])) is None  # too few to say
