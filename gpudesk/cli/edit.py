@@ -75,7 +75,9 @@ def edit(
     gpus: int | None = typer.Option(None, "--gpus", help="GPUs the job needs."),
     mem: float | None = typer.Option(None, "--mem", help="GPU memory the job needs, in GiB."),
     sm: float | None = typer.Option(
-        None, "--sm", help="Share of a GPU's SMs the job keeps busy, % (a placement hint)."
+        None,
+        "--sm",
+        help="Share of a GPU's SMs the job keeps busy on average over its run, % (a hint).",
     ),
     max_attempts: int | None = typer.Option(
         None, "--max-attempts", help="Retry a failed job up to this many attempts in all."

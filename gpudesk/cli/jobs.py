@@ -58,7 +58,8 @@ _MEM = typer.Option(
 _SM = typer.Option(
     None,
     "--sm",
-    help="Share of a GPU's SMs the job keeps busy, % (a hint for placement and the simulator).",
+    help="Share of a GPU's SMs the job keeps busy on average over its run, start-up included, %"
+    " (a hint for placement and the simulator; docs/interference.md).",
 )
 _DATASET = typer.Option(None, "--dataset", help="Dataset the job reads.")
 _SELECTION = typer.Option(
