@@ -115,12 +115,18 @@ def gpu_energy_mj() -> int | None:
 class Engine:
     """An engine of its own (GPUDESK_HOME in the run's folder), started and stopped by us."""
 
-    def __init__(self, run: Run, name: str, policy: str) -> None:
+    def __init__(self, run: Run, home: Path, policy: str) -> None:
         self.run = run
-        self.home = run.tmp / f"home-{name}"
-        self.home.mkdir()
-        self.env = dict(run.env, GPUDESK_HOME=str(self.home))
+        self.home = home
+        self.env = dict(run.env, GPUDESK_HOME=str(home))
         self.policy = policy
+
+    @classmethod
+    def fresh(cls, run: Run, name: str, policy: str) -> Engine:
+        """One with a home of its own, new under the run's folder."""
+        home = run.tmp / f"home-{name}"
+        home.mkdir()
+        return cls(run, home, policy)
 
     def __enter__(self) -> Engine:
         started = self.cli("engine", "start", "--backend", "nvml", "--policy", self.policy)
@@ -317,8 +323,7 @@ def day_policy(
     ended = time.time()
     energy1 = gpu_energy_mj()
     report = parse_json(done.get("stdout", "")) or {}
-    engine = Engine.__new__(Engine)  # the run's own engine, already started by `gpudesk run`
-    engine.run, engine.home, engine.env, engine.policy = run, home, env, policy
+    engine = Engine(run, home, policy)  # the run's own, which `gpudesk run` started
     jobs = []
     for listed in report.get("jobs", []):
         summary = job_summary(engine.show(int(listed["id"])))
@@ -431,7 +436,7 @@ def check_memory(run: Run) -> dict[str, Any]:
     hold_gb, liar_gb = (40, 60) if device == "cuda" else (0.2, 60)
     result: dict[str, Any] = {"device": device}
     run.results["checks"]["memory"] = result
-    with Engine(run, "memory", "auto") as engine:
+    with Engine.fresh(run, "memory", "auto") as engine:
         holder = engine.submit(
             *("--name", "holder", "--gpus", "1", "--mem", "95", "--sm", "20"),
             *("--", PYTHON, "-c", HOLD, str(hold_gb), "25", device),
@@ -480,7 +485,7 @@ def check_preempt(run: Run) -> dict[str, Any]:
         env=run.env,
     )
     try:
-        with Engine(run, "preempt", "auto") as engine:
+        with Engine.fresh(run, "preempt", "auto") as engine:
             ckpt = run.tmp / "low.pt"
             low = engine.submit(
                 *("--name", "low", "--gpus", "1", "--mem", "100", "--sm", "95"),
