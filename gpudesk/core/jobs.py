@@ -9,8 +9,8 @@ import math
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from gpudesk.core.cluster import ClusterSpec, check_cluster
@@ -375,6 +375,24 @@ class JobSpec:
     def dependencies(self) -> tuple[int, ...]:
         """Every job it waits for, of any kind."""
         return (*self.after, *self.after_any, *self.after_notok)
+
+    def with_request_ids(self, ids: Sequence[int]) -> JobSpec:
+        """This spec with each -k (the k-th job of its request, queued before it: `ids`) made
+        that job's id: in its dependencies and its array's first job."""
+
+        def resolved(refs: tuple[int, ...]) -> tuple[int, ...]:
+            return tuple(ids[-ref - 1] if ref < 0 else ref for ref in refs)
+
+        array_job = self.array_job
+        if not any(ref < 0 for ref in self.dependencies) and not (array_job or 0) < 0:
+            return self
+        return replace(
+            self,
+            after=resolved(self.after),
+            after_any=resolved(self.after_any),
+            after_notok=resolved(self.after_notok),
+            array_job=ids[-array_job - 1] if array_job is not None and array_job < 0 else array_job,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready for the request and the store's row (msgspec: the tracking and cluster

@@ -51,7 +51,7 @@ class JobTables(StoreConnection):
                 env = self._environment_id(conn, base_env)
             env_id = env[1] if env else None
             for number, spec in enumerate(specs):
-                spec = specs[number] = _request_ids(spec, ids)
+                spec = specs[number] = spec.with_request_ids(ids)
                 cur = conn.execute(
                     "INSERT INTO jobs (name, grp, spec, base_env, state, priority, submitted_at, "
                     "owner_uid, owner_gid, owner_groups, held) "
@@ -414,22 +414,3 @@ class JobTables(StoreConnection):
             ).rowcount
             if not updated:
                 conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('jobs', ?)", (up_to,))
-
-
-def _request_ids(spec: JobSpec, ids: list[int]) -> JobSpec:
-    """`spec` with each -k (the k-th job of its request, queued before it) made that job's id:
-    in its dependencies and its array's first job."""
-
-    def resolved(refs: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(ids[-ref - 1] if ref < 0 else ref for ref in refs)
-
-    if not any(ref < 0 for ref in spec.dependencies) and not (spec.array_job or 0) < 0:
-        return spec
-    array_job = spec.array_job
-    return dataclasses.replace(
-        spec,
-        after=resolved(spec.after),
-        after_any=resolved(spec.after_any),
-        after_notok=resolved(spec.after_notok),
-        array_job=ids[-array_job - 1] if array_job is not None and array_job < 0 else array_job,
-    )
