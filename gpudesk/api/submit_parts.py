@@ -4,10 +4,13 @@ The engine parses at most `MAX_REQUEST_VALUES` JSON values and `MAX_MESSAGE_BYTE
 request, about 2,000 plain jobs, and queues at most `MAX_STATION_SUBMIT_JOBS` (500) on the
 station in one (core/protocol.py: the loop that does it serves every user). A larger submission
 (a profile's 5,000-point sweep, `gpudesk submit --array 1-5000`) goes in parts of at most
-`PART_JOBS` jobs, each queued held so that none starts before all are in, then
-released, in order. It is all or none, as one request is: a part the engine refuses, or an
-interrupt, cancels the parts already queued (held, so none of their jobs started) and the
-refusal is raised as the engine said it, its `jobs[k]` counted over the whole submission.
+`PART_JOBS` jobs, each queued held so that none starts before all are in, then released, in
+order. Each part's submit and the release say so (`in_parts`), so that the jobs' events read
+"held until all N jobs of its submission are queued", not "held by user" (an engine from
+before it ignores the field, as any it does not know, and says "by user", as it did). It is
+all or none, as one request is: a part the engine refuses, or an interrupt, cancels the parts
+already queued (held, so none of their jobs started) and the refusal is raised as the engine
+said it, its `jobs[k]` counted over the whole submission.
 
 References between the parts become ids: a job's dependency on the k-th job of the submission
 (-k, as `check_after` takes it) names that job's id once its part is queued, and an array's
@@ -23,9 +26,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpudesk.api.errors import TOO_LARGE, EngineError
-from gpudesk.api.models import ActionOutcome, SubmitResult
+from gpudesk.api.models import ActionOutcome, ActionResult, SubmitResult
 from gpudesk.core import protocol
-from gpudesk.core.protocol import Request, json_values
+from gpudesk.core.protocol import MAX_ROW_ID, Request, json_values
+from gpudesk.core.wire.requests import InParts, ReleaseArgs, SubmitArgs
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -82,7 +86,9 @@ def _plan(
     costs: Sequence[tuple[int, int]], env: dict[str, str] | None, most: int = PART_JOBS
 ) -> list[range]:
     """`plan_parts` of the jobs' costs (`_cost`)."""
-    envelope = Request(op="submit", args={"jobs": [], "env": env, "hold": True}, id=2**31).encode()
+    most_parts = {"jobs": MAX_ROW_ID, "parts": MAX_ROW_ID}  # its largest
+    args: dict[str, Any] = {"jobs": [], "env": env, "hold": True, "in_parts": most_parts}
+    envelope = Request(op="submit", args=args, id=2**31).encode()
     base_bytes, base_values = len(envelope), json_values(envelope)
     parts: list[range] = []
     start, size, values = 0, base_bytes, base_values
@@ -182,7 +188,7 @@ def submit_in_parts(
     parts: Sequence[range] | None = None,
 ) -> SubmitResult:
     """Queue `jobs` in `parts` (default: `plan_parts`), all or none; released once all are in,
-    unless `hold` (the submitter asked for them held)."""
+    unless `hold` (the submitter asked for them held: held by the user, as their events say)."""
     parts = plan_parts(jobs, env) if parts is None else parts
     cluster = next((job["cluster"] for job in jobs if job.get("cluster")), None)
     if cluster is not None:
@@ -196,11 +202,14 @@ def submit_in_parts(
     ids: list[int] = []
     waits: dict[int, str] = {}
     simulated: str | None = None
+    in_parts = None if hold else InParts(jobs=len(jobs), parts=len(parts))
     try:
         for part in parts:
-            args = {"jobs": part_jobs(jobs, part, ids), "env": env, "hold": True}
+            args = SubmitArgs(
+                jobs=part_jobs(jobs, part, ids), env=env, hold=True, in_parts=in_parts
+            )
             try:
-                result = client.call(SubmitResult, "submit", **args)
+                result = client.ask(SubmitResult, "submit", args)
             except EngineError as exc:
                 raise _counted_over_all(exc, part) from None
             ids.extend(result.ids)
@@ -211,14 +220,19 @@ def submit_in_parts(
     except BaseException:  # an interrupt between the parts: none of them runs
         _withdrawn(client, ids)
         raise
-    if not hold:
-        _release(client, ids)
+    if in_parts is not None:
+        _release(client, ids, in_parts)
     return SubmitResult(ids=ids, simulated=simulated, waits_for_change=waits)
 
 
-def _release(client: Client, ids: Sequence[int]) -> None:
+def _release(client: Client, ids: Sequence[int], in_parts: InParts) -> None:
+    def release(batch: list[int]) -> list[ActionOutcome]:
+        refs: list[int | str] = [*batch]
+        args = ReleaseArgs(jobs=refs, in_parts=in_parts)
+        return client.ask(ActionResult, "release", args).results
+
     try:
-        held = [o.id for o in _in_batches(client.release, ids) if not o.ok]
+        held = [o.id for o in _in_batches(release, ids) if not o.ok]
     except EngineError as exc:
         raise EngineError(
             f"all {len(ids):,} jobs were queued (in parts, held until all were in), but "

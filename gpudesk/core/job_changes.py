@@ -11,7 +11,21 @@ from dataclasses import dataclass
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.requests import InParts
 from gpudesk.text import safe_text
+
+
+def hold_event(held: bool, in_parts: InParts | None = None) -> str:
+    """The event of a job held (`held`) or released: by its user, or by the client that sent
+    its submission in parts (`in_parts`: gpudesk.api.submit_parts), which holds each part's
+    jobs so that none starts before all are queued."""
+    if in_parts is None:
+        return "held by user" if held else "released by user"
+    whole = f"all {in_parts.jobs:,} jobs of its submission"
+    if not held:
+        return f"released: {whole} are queued"
+    sent = f" (sent in {in_parts.parts:,} parts)" if in_parts.parts > 1 else ""
+    return f"held until {whole} are queued{sent}"
 
 
 @dataclass(frozen=True)
@@ -43,10 +57,16 @@ class CancelQueued:
 
 @dataclass(frozen=True)
 class SetHeld:
-    """A queued job held (the placement policy skips it; it keeps its place) or released."""
+    """A queued job held (the placement policy skips it; it keeps its place) or released, by
+    its user or by the client that sent its submission in parts (`in_parts`)."""
 
     job: JobRecord
     held: bool
+    in_parts: InParts | None = None
+
+    @property
+    def event(self) -> str:
+        return hold_event(self.held, self.in_parts)
 
     def applied(self, now: float) -> JobRecord:
         return dataclasses.replace(self.job, held=self.held)

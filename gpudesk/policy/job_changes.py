@@ -19,15 +19,17 @@ from gpudesk.core.job_changes import (
 )
 from gpudesk.core.jobs import PRIORITY_RANGE, JobState
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.requests import InParts
 from gpudesk.policy import user_limits
 
 # Each job's outcome where nothing changes, and the changes planned for the others.
 Plan = tuple[dict[int, JobOutcome], list[Planned]]
 
 
-def held(jobs: Sequence[JobRecord], hold: bool) -> Plan:
+def held(jobs: Sequence[JobRecord], hold: bool, in_parts: InParts | None = None) -> Plan:
     """Hold (`hold`) or release queued jobs: a job in any other state is refused, as release
-    refuses it as hold does; a release of a job free to start is what it asks."""
+    refuses it as hold does; a release of a job free to start is what it asks. `in_parts`: the
+    release of a submission sent in parts, by its client (core/job_changes.hold_event)."""
     outcomes: dict[int, JobOutcome] = {}
     planned: list[Planned] = []
     done = "held" if hold else "released"
@@ -38,7 +40,8 @@ def held(jobs: Sequence[JobRecord], hold: bool) -> Plan:
         elif job.held == hold:
             outcomes[job.id] = JobOutcome("already held" if hold else "not held")
         else:
-            planned.append((SetHeld(job, hold), f"{done} by user", done))
+            change = SetHeld(job, hold, in_parts)
+            planned.append((change, change.event, done))
     return outcomes, planned
 
 

@@ -3,6 +3,9 @@ a real engine, its real limits on one request (core/protocol.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import msgspec
 import pytest
 from conftest import EngineHandle
 
@@ -12,10 +15,12 @@ from gpudesk.core.jobs import JobSpec
 from gpudesk.core.protocol import (
     MAX_MESSAGE_BYTES,
     MAX_REQUEST_VALUES,
+    MAX_ROW_ID,
     MAX_STATION_SUBMIT_JOBS,
     Request,
     json_values,
 )
+from gpudesk.core.wire.requests import JobRefsArgs, OpArgs, decode_args
 
 # More than one request holds: ~50 values a plain job, 100,000 a request
 MANY = 2_500
@@ -23,6 +28,12 @@ MANY = 2_500
 
 def specs(count: int, **fields: object) -> list[JobSpec]:
     return [JobSpec(name=f"j{k}", command=("true",), **fields) for k in range(count)]  # type: ignore[arg-type]
+
+
+def holds(engine: EngineHandle, job_id: int) -> list[tuple[str, str]]:
+    """A job's hold and release events, as `gpudesk show` lists them."""
+    events = engine.show(job_id).events
+    return [(e.kind, e.message) for e in events if e.kind in ("hold", "release")]
 
 
 def test_the_parts_each_fit_one_request_and_cover_the_submission_in_order() -> None:
@@ -34,10 +45,10 @@ def test_the_parts_each_fit_one_request_and_cover_the_submission_in_order() -> N
     parts = plan_parts(jobs, env)
     assert [k for part in parts for k in part] == list(range(len(jobs)))
     assert len(parts) > 3 and all(0 < len(part) <= PART_JOBS for part in parts)
+    in_parts = {"jobs": MAX_ROW_ID, "parts": MAX_ROW_ID}  # the largest it can say
     for part in parts:
-        body = Request(
-            op="submit", args={"jobs": jobs[part.start : part.stop], "env": env, "hold": True}, id=7
-        ).encode()
+        args = {"jobs": jobs[part.start : part.stop], "env": env, "hold": True}
+        body = Request(op="submit", args=args | {"in_parts": in_parts}, id=7).encode()
         assert len(body) <= MAX_MESSAGE_BYTES and json_values(body) <= MAX_REQUEST_VALUES
     # one that fits whole is one part; a job too large alone is a part of its own
     assert plan_parts(jobs[:10], env) == [range(0, 10)]
@@ -63,6 +74,7 @@ def test_a_submission_larger_than_one_request_is_queued_whole_in_order_and_runs(
     submitted = engine.api.submit_jobs(jobs, hold=True)
     ids = submitted.ids
     assert len(ids) == MANY and ids == list(range(ids[0], ids[0] + MANY))
+    assert holds(engine, ids[-1]) == [("hold", "held by user")]  # the user asked: held by them
     listed = {j.id: j for j in engine.api.jobs(ids=ids)}
     assert all(j.state == "queued" and j.held and j.attempts == 0 for j in listed.values())
     for k in (1, PART_JOBS - 1, PART_JOBS, PART_JOBS + 1, MANY - 1):
@@ -73,6 +85,61 @@ def test_a_submission_larger_than_one_request_is_queued_whole_in_order_and_runs(
     engine.api.cancel(released[1:])
     engine.api.release([ids[0]])
     assert engine.wait_state(released[0], "succeeded")
+
+
+def test_the_events_of_a_submission_in_parts_say_why_it_was_held_not_by_user(
+    engine: EngineHandle,
+) -> None:
+    """Its parts are held by the client until all are queued, then released: the history of a
+    job of the first part and of the last says so. A user's own hold and release (as an older
+    client's parts, which say nothing of parts) stay "by user"."""
+    (gate,) = engine.api.submit_jobs(specs(1), hold=True).ids  # none of the others may start
+    ids = engine.api.submit_jobs(specs(PART_JOBS + 1, after=(gate,))).ids
+    whole = f"all {PART_JOBS + 1:,} jobs of its submission"
+    for job_id in (ids[0], ids[-1]):
+        assert holds(engine, job_id) == [
+            ("hold", f"held until {whole} are queued (sent in 2 parts)"),
+            ("release", f"released: {whole} are queued"),
+        ], job_id
+    engine.api.cancel(ids)
+    assert engine.api.release([gate])[0].outcome == "released"
+    assert holds(engine, gate) == [("hold", "held by user"), ("release", "released by user")]
+
+
+# An engine from before `in_parts`: its submit's arguments (release's were JobRefsArgs)
+class SubmitArgsBefore(OpArgs, frozen=True):
+    jobs: list[dict[str, Any]]
+    env: dict[str, str] | None = None
+    hold: bool = False
+
+
+def test_an_engine_from_before_in_parts_takes_each_request_of_the_parts_as_it_did(
+    engine: EngineHandle,
+) -> None:
+    """An engine's door ignores the arguments it does not know (core/wire/requests.py, as it
+    always did): each request a client sends a submission in parts with, decoded by the door
+    with the types an engine from before `in_parts` had, is what such a client sent (its jobs
+    then say "held by user", "released by user", as before). The requests are the client's
+    own, sent to a real engine; the parts are small, as `submit_in_parts` is given them."""
+    client, sent = engine.api, []
+    real_call = client.call
+
+    def call(model: type, op: str, **args: object) -> object:
+        sent.append((op, args))
+        return real_call(model, op, **args)
+
+    client.call = call  # type: ignore[method-assign]
+    try:
+        jobs = [s.to_dict() for s in specs(5)]
+        submit_in_parts(client, jobs, None, hold=False, parts=[range(0, 3), range(3, 5)])
+    finally:
+        client.call = real_call  # type: ignore[method-assign]
+    assert [op for op, _ in sent] == ["submit", "submit", "release"]
+    before = {"submit": SubmitArgsBefore, "release": JobRefsArgs}
+    for op, args in sent:
+        assert args["in_parts"] == {"jobs": 5, "parts": 2}
+        taken = msgspec.to_builtins(decode_args(before[op], args))
+        assert taken == {k: v for k, v in args.items() if k != "in_parts"}, op
 
 
 def test_an_array_larger_than_one_request_is_one_array(engine: EngineHandle, gpudesk) -> None:

@@ -76,10 +76,21 @@ class DatasetsArgs(OpArgs, frozen=True):
     datasets: list[dict[str, Any]]
 
 
+class InParts(msgspec.Struct, frozen=True, kw_only=True):
+    """A submission too large for one request, sent in `parts` (gpudesk.api.submit_parts) of
+    `jobs` in all: the client holds each part's jobs until all are queued, then releases them.
+    Its jobs' events say so, not "held by user" (core/job_changes.hold_event). An engine from
+    before it ignores it (as any field it does not know) and says "by user", as it did."""
+
+    jobs: Annotated[int, msgspec.Meta(ge=1, le=MAX_ROW_ID)]
+    parts: Annotated[int, msgspec.Meta(ge=1, le=MAX_ROW_ID)]
+
+
 class SubmitArgs(OpArgs, frozen=True):
     """`submit` and `check_submit`: the jobs (JobSpec checks each) and the submitter's
     environment, which each job's own `env` is laid on; `hold`: queued held (as sbatch --hold),
-    none starting until released."""
+    none starting until released; `in_parts`: held by the client as one of the parts of a
+    larger submission, not by the user."""
 
     jobs: Annotated[
         list[dict[str, Any]],
@@ -91,6 +102,7 @@ class SubmitArgs(OpArgs, frozen=True):
     ]
     env: dict[str, str] | None = None
     hold: bool = False
+    in_parts: InParts | None = None
 
 
 class JobsArgs(OpArgs, frozen=True):
@@ -145,6 +157,13 @@ class JobRefsArgs(OpArgs, frozen=True):
     """`hold`, `release` and `requeue`: the jobs, by id or name."""
 
     jobs: JobRefs
+
+
+class ReleaseArgs(JobRefsArgs, frozen=True):
+    """`release`; `in_parts`: the client's release of a submission it sent in parts, once all
+    its jobs are queued (`SubmitArgs.in_parts`)."""
+
+    in_parts: InParts | None = None
 
 
 class CancelArgs(JobRefsArgs, frozen=True):
@@ -294,7 +313,7 @@ REQUEST_ARGS: dict[str, type[OpArgs]] = {
     "log": LogArgs,
     "cancel": CancelArgs,
     "hold": JobRefsArgs,
-    "release": JobRefsArgs,
+    "release": ReleaseArgs,
     "priority": PriorityArgs,
     "requeue": JobRefsArgs,
     "telemetry": TelemetryArgs,

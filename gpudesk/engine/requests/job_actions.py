@@ -14,7 +14,7 @@ from gpudesk.core.identity import Caller
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import ActionOutcome, ActionResult
-from gpudesk.core.wire.requests import CancelArgs, JobRefsArgs, PriorityArgs
+from gpudesk.core.wire.requests import CancelArgs, JobRefsArgs, PriorityArgs, ReleaseArgs
 from gpudesk.engine.job_control import JobOutcome
 from gpudesk.engine.offloop import SLICE_JOBS, NextTurn, in_turns
 from gpudesk.engine.requests.common import Handler, Requests
@@ -154,12 +154,12 @@ class JobActionRequests(Requests):
         at_once = partial(control.backends.local.set_held_all, held=True)
         return self.act_on_jobs(args, caller, "hold", control.hold, at_once)
 
-    def release(self, args: JobRefsArgs, caller: Caller) -> ActionResult | NextTurn:
-        """{"jobs": [refs]}: release held jobs. Outcomes: "released", "not held" (a queued job
-        free to start), or (ok false) why not, e.g. "running: only a held job can be
-        released"."""
-        control = self.parts.control
-        at_once = partial(control.backends.local.set_held_all, held=False)
+    def release(self, args: ReleaseArgs, caller: Caller) -> ActionResult | NextTurn:
+        """{"jobs": [refs]}: release held jobs (`in_parts`: by the client that sent them in
+        parts). Outcomes: "released", "not held" (a queued job free to start), or (ok false)
+        why not, e.g. "running: only a held job can be released"."""
+        control, in_parts = self.parts.control, args.in_parts
+        at_once = partial(control.backends.local.set_held_all, held=False, in_parts=in_parts)
         return self.act_on_jobs(args, caller, "release", control.release, at_once)
 
     def priority(self, args: PriorityArgs, caller: Caller) -> ActionResult | NextTurn:

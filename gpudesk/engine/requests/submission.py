@@ -46,8 +46,8 @@ class SubmitRequests(Requests):
     def submit(self, args: SubmitArgs, caller: Caller) -> SubmitResult | Later[Any]:
         """Queued here, or sent to a Slurm cluster: the jobs' backend's (engine/backends/).
         `hold`: the station's jobs are queued held, in the transaction that queues them (none
-        can start unheld, even where the store refuses a later write); a Slurm cluster's are
-        refused, whole."""
+        can start unheld, even where the store refuses a later write), by the user or, with
+        `in_parts`, by the client sending them in parts; a Slurm cluster's are refused, whole."""
         specs, base_env = self._accepted(args, caller)
         if args.hold and any(spec.cluster is not None for spec in specs):
             raise ProtocolError(
@@ -56,7 +56,8 @@ class SubmitRequests(Requests):
                 "`gpudesk hold JOB` (scontrol hold)",
             )
         if args.hold:
-            return self.parts.control.backends.local.submit(specs, base_env, caller, held=True)
+            local, in_parts = self.parts.control.backends.local, args.in_parts
+            return local.submit(specs, base_env, caller, held=True, in_parts=in_parts)
         return self.parts.control.backends.for_specs(specs).submit(specs, base_env, caller)
 
     def check_submit(self, args: SubmitArgs, caller: Caller) -> SubmitResult | Later[Any]:

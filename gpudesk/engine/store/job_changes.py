@@ -58,8 +58,8 @@ class JobChangeTables(JobTables):
                 state = self._state(conn, job_id).value
                 only = "only a queued job can be held or released"
                 raise InvalidTransition(f"{only}; job {job_id} is {state}")
-            said = "held by user" if held else "released by user"
-            self._add_event(conn, "hold" if held else "release", said, job_id=job_id, now=now)
+            kind = "hold" if held else "release"
+            self._add_event(conn, kind, change.event, job_id=job_id, now=now)
         elif isinstance(change, SetPriority):
             old, new = change.job.spec.priority, change.priority
             spec = json.dumps(dataclasses.replace(change.job.spec, priority=new).to_dict())

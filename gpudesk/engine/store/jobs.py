@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk.core.identity import Identity
+from gpudesk.core.job_changes import hold_event
 from gpudesk.core.job_edit import JobEdit
 from gpudesk.core.jobs import InvalidTransition, JobSpec, JobState, check_transition
 from gpudesk.core.records import AttemptRecord, JobRecord
+from gpudesk.core.wire.requests import InParts
 from gpudesk.engine.store.connection import StoreConnection
 from gpudesk.engine.store.listing import read_rows
 from gpudesk.engine.store.records import read_attempt, read_job
@@ -35,9 +37,11 @@ class JobTables(StoreConnection):
         now: float | None = None,
         owner: Identity | None = None,
         held: bool = False,
+        in_parts: InParts | None = None,
     ) -> list[JobRecord]:
         """Queue jobs, all or none, for `owner` (default: the engine's own user), `held` ones
-        in the same transaction (none can start unheld, whatever fails). `base_env` is
+        in the same transaction (none can start unheld, whatever fails), by the user or by the
+        client sending a submission `in_parts` (its event says which). `base_env` is
         the submitter's environment, which the jobs start from (stored once however many jobs
         share it). An `after` of -k names the k-th of these jobs, queued before it: its id is
         put in."""
@@ -75,7 +79,8 @@ class JobTables(StoreConnection):
                     conn, "state", "submitted", job_id=job_id, state=JobState.QUEUED, now=now
                 )
                 if held:
-                    self._add_event(conn, "hold", "held by user", job_id=job_id, now=now)
+                    said = hold_event(True, in_parts)
+                    self._add_event(conn, "hold", said, job_id=job_id, now=now)
         if env is not None:
             self._env_ids[env[0]] = env[1]
         return [

@@ -20,6 +20,7 @@ from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.core.wire.base import PlacementMode
 from gpudesk.core.wire.jobs import AttemptView, RemainingView, SubmitResult
+from gpudesk.core.wire.requests import InParts
 from gpudesk.engine.attempts import STOPPING, Attempts
 from gpudesk.engine.backends.base import JobPart, LogFile, OwnerRead
 from gpudesk.engine.backends.local import suspension
@@ -143,9 +144,12 @@ class LocalBackend:
         caller: Caller,
         *,
         held: bool = False,
+        in_parts: InParts | None = None,
     ) -> SubmitResult:
-        """Queued (`held`: held too, in the same transaction: all of it or none)."""
-        records = self.store.submit(specs, base_env, owner=caller.identity, held=held)
+        """Queued (`held`: held too, in the same transaction: all of it or none; by the client
+        sending a submission `in_parts`, or by the user)."""
+        owner = caller.identity
+        records = self.store.submit(specs, base_env, owner=owner, held=held, in_parts=in_parts)
         for record in records:
             self.queue.add(record)
             self.events.job(record.id, "submitted", record)
@@ -199,9 +203,12 @@ class LocalBackend:
     def requeue(self, job: JobRecord) -> JobOutcome:
         return self.requeue_all([job])[job.id]
 
-    def set_held_all(self, jobs: Sequence[JobRecord], held: bool) -> dict[int, JobOutcome]:
-        """Hold (`held`) or release queued jobs (policy/job_changes.py)."""
-        outcomes, planned = job_changes.held(jobs, held)
+    def set_held_all(
+        self, jobs: Sequence[JobRecord], held: bool, in_parts: InParts | None = None
+    ) -> dict[int, JobOutcome]:
+        """Hold (`held`) or release queued jobs (policy/job_changes.py); `in_parts`: the release
+        of a submission sent in parts, by its client."""
+        outcomes, planned = job_changes.held(jobs, held, in_parts)
         return self.change_all(planned, outcomes)
 
     def requeue_all(self, jobs: Sequence[JobRecord]) -> dict[int, JobOutcome]:
