@@ -1,7 +1,8 @@
-"""GPU jobs failed by placement on a station with no GPUs: how long the engine's loop is held
-while it fails them (every other client waits that long).
+"""GPU jobs failed by placement on a station with no GPUs, or jobs cancelled because a job they
+run after was: how long the engine's loop is held while it ends them (every other client waits
+that long).
 
-    python bench/placement_failures.py [--jobs 3000] [--ids 500] [--rounds 10] [--json]
+    python bench/placement_failures.py [--jobs 3000] [--ids 500] [--rounds 10] [--after] [--json]
 
 Builds a store as `bench/store_scale.py` does (`--jobs` finished jobs over 60 days, 60% of them
 asking for one GPU) and starts a personal engine on it with no GPUs (backend none, 4 slots).
@@ -13,6 +14,11 @@ its own, pings one ping after another. Measured: the time from the undrain until
 failed (the slowest round's), the engine's slowest turns of its loop (`status` reply, "loop":
 the turn's time and the step that took most of it), and the pings' p50, p99 and longest round
 trip over all the rounds.
+
+With `--after`, the same store and engine, and `--rounds` times: one job submitted held, `--ids`
+jobs submitted to run after it (`after`, pueue's `--after`), and the first job cancelled. None
+of the others can ever start now, so the engine cancels each ("job N (dep), which it runs after,
+cancelled; this job never ran"). The pings run from the cancel until every one is cancelled.
 """
 
 from __future__ import annotations
@@ -105,6 +111,42 @@ def measure(home: Home, ids: int, rounds: int) -> dict[str, Any]:
     return result
 
 
+def measure_after(home: Home, ids: int, rounds: int) -> dict[str, Any]:
+    """`--after`: `ids` queued jobs cancelled because the job they run after was cancelled."""
+    from gpudesk.api.client import Client
+    from gpudesk.core.jobs import JobSpec
+
+    result: dict[str, Any] = {"engine_start_s": start_timed_engine(home)}
+    workdir = str(home.root)
+    with Connection(home, timeout=300.0) as conn:
+        client = Client(conn)
+        _flush_window(conn)
+        pings: list[float] = []
+        cancelled: list[float | None] = []
+        for _ in range(rounds):
+            spec = JobSpec(name="dep", command=("true",), workdir=workdir)
+            (first,) = client.submit_jobs([spec], hold=True).ids
+            after = [
+                JobSpec(name=f"a{k}", command=("true",), workdir=workdir, after=(first,))
+                for k in range(ids)
+            ]
+            waiting = client.submit_jobs(after).ids
+            with Pinger(home) as pinger:
+                started = time.perf_counter()
+                conn.request("cancel", jobs=[first])
+                cancelled.append(_wait_failed(conn, started))
+            pings += pinger.seen
+        done = [s for s in cancelled if s is not None]
+        result["all_failed_s"] = max(done) if len(done) == len(cancelled) else None
+        result["ping"] = _summary(pings)
+        loop = conn.request("status").get("loop") or {}
+        result["turns"] = (loop.get("turns") or {}).get("slowest") or []
+        jobs = conn.request("jobs", ids=waiting)["jobs"]
+        result["reasons"] = sorted({f"{j['state']}: {j['reason'] or ''}" for j in jobs})
+    result["ids"], result["rounds"] = len(waiting), rounds
+    return result
+
+
 def _wait_failed(conn: Connection, started: float) -> float | None:
     """Seconds from `started` until no job is queued (the store holds no other); None past
     DEADLINE_S."""
@@ -127,12 +169,19 @@ def _summary(seen: list[float]) -> dict[str, float]:
 def report(result: dict[str, Any]) -> str:
     ping = result["ping"]
     done = result["all_failed_s"]
+    what = (
+        f"{result['ids']} queued jobs that run after a job then cancelled, {result['rounds']} "
+        "times: all cancelled "
+        if result["after"]
+        else f"{result['ids']} GPU jobs requeued on a station with no GPUs, {result['rounds']} "
+        "times: all failed again "
+    )
     lines = [
         f"{result['date']}, {result['machine']}, commit {result['commit']}",
         f"store: {result['jobs']:,} finished jobs; engine start {result['engine_start_s']} s",
-        f"{result['ids']} GPU jobs requeued on a station with no GPUs, {result['rounds']} "
-        "times: all failed again "
-        + (f"{done} s after the undrain" if done is not None else f"not within {DEADLINE_S:.0f} s")
+        what
+        + (f"{done} s" if done is not None else f"not within {DEADLINE_S:.0f} s")
+        + (" after the cancel" if result["after"] else " after the undrain")
         + " (the slowest round's)",
         f"reasons: {'; '.join(result['reasons'])}",
         f"another client's ping meanwhile: p50 {ping['p50_ms']} ms, p99 {ping['p99_ms']} ms, "
@@ -148,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=3_000, help="finished jobs in the store")
     parser.add_argument("--ids", type=int, default=500, help="GPU jobs requeued")
     parser.add_argument("--rounds", type=int, default=10, help="requeues of them, one by one")
+    parser.add_argument(
+        "--after", action="store_true", help="jobs cancelled as the job they run after was"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if not 0 < args.ids <= args.jobs or args.rounds < 1:
@@ -160,10 +212,11 @@ def main(argv: list[str] | None = None) -> int:
             f"Python {platform.python_version()}",
             "commit": commit(),
             "jobs": args.jobs,
+            "after": args.after,
         }
         result["store"] = build_store(home, args.jobs, 0)
         try:
-            result.update(measure(home, args.ids, args.rounds))
+            result.update((measure_after if args.after else measure)(home, args.ids, args.rounds))
         finally:
             stop(home)
     print(json.dumps(result, indent=2) if args.json else report(result))
