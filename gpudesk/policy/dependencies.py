@@ -14,7 +14,7 @@ engine needs nothing more than its queue; its Slurm backend asks of the jobs it 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from gpudesk.core.jobs import JobState
@@ -58,6 +58,38 @@ def spec_verdict(job: JobRecord, known: Mapping[int, JobRecord]) -> Verdict:
         return found
     waiting_on, never = job_gates.other_dependencies(job.spec, known)
     return Verdict(found.waiting_on or waiting_on, never)
+
+
+@dataclass(frozen=True)
+class Settling:
+    """One round of verdicts over the queued jobs that run after others: `never`, those that
+    can never start, each (id, why), in queue order; `blocked`, those still waiting (id -> the
+    first job they wait for that has not ended)."""
+
+    never: list[tuple[int, str]]
+    blocked: dict[int, JobRecord]
+
+    def cancels(self, left: Collection[int]) -> list[tuple[int, str]]:
+        """The jobs this round cancels. `left` is the rest of a round cut short (its first jobs
+        cancelled on an earlier turn of the loop): those of them that still can never start go
+        first, alone, as the uncut round would have cancelled them before the jobs that
+        cancelling them dooms in turn (the next round's). Else all of `never`."""
+        rest = [(job_id, why) for job_id, why in self.never if job_id in left]
+        return rest or self.never
+
+
+def settle(waiting: Iterable[JobRecord], known: Mapping[int, JobRecord]) -> Settling:
+    """The verdicts of `waiting` (queued jobs that run after others, in queue order) from
+    `known` (dependencies_of)."""
+    never: list[tuple[int, str]] = []
+    blocked: dict[int, JobRecord] = {}
+    for job in waiting:
+        found = spec_verdict(job, known)
+        if found.never:
+            never.append((job.id, found.never))
+        elif found.waiting_on is not None:
+            blocked[job.id] = found.waiting_on
+    return Settling(never, blocked)
 
 
 def waiting_text(dependency: JobRecord) -> str:

@@ -2,8 +2,9 @@
 then first come) so the policy gets an ordered queue without a sort on every decision.
 
 A held job stays in the queue at its place (so releasing it puts it back where it was) but is
-not placeable; so does a job waiting for the jobs it runs after (`blocked`), and one a
-job-control request in flight named and has not acted on yet (`claims`). A changed job (held,
+not placeable; so does a job waiting for the jobs it runs after (`blocked`), one that can
+never start, its cancel left to a later turn of the loop (`doomed`), and one a job-control
+request in flight named and has not acted on yet (`claims`). A changed job (held,
 released, a new priority) is re-added: `add` replaces."""
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ class JobQueue:
         self._owned: Counter[int] = Counter()
         # queued job id -> the job it waits for (`after`), as the scheduler last found it
         self.blocked: dict[int, JobRecord] = {}
+        # queued job id -> why it can never start (a job it runs after failed, say): the
+        # scheduler cancels such jobs a slice a turn, and these are for the next turns
+        self.doomed: dict[int, str] = {}
         self.claims = JobClaims()  # the jobs requests in flight named (policy/job_claims.py)
         for job in jobs:
             self.add(job)
@@ -76,14 +80,16 @@ class JobQueue:
         return (self._jobs[job_id] for _, job_id in self._keys)
 
     def placeable(self) -> list[JobRecord]:
-        """The queued jobs a policy may start (not held, not waiting for another job, not
-        before their begin time, not named by a request in flight), in placement order."""
+        """The queued jobs a policy may start (not held, not waiting for another job or doomed
+        by one, not before their begin time, not named by a request in flight), in placement
+        order."""
         now = time.time()
         return [
             job
             for job in self.ordered()
             if not job.held
             and job.id not in self.blocked
+            and job.id not in self.doomed
             and job.id not in self.claims
             and (job.spec.begin_at is None or job.spec.begin_at <= now)
         ]
