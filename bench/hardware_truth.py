@@ -733,8 +733,12 @@ def mps_retired(home: Path, seconds: float = 30.0) -> bool:
 
 def mps_roots(home: Path) -> list[str]:
     """Where gpudesk puts a home's MPS pipe folders: under the home, or (a long home path)
-    under /tmp/gpudesk-<uid>/ (gpudesk/hw/mps.py)."""
-    return [str(home), f"/tmp/gpudesk-{os.getuid()}"]
+    under a folder of its own in /tmp/gpudesk-<uid>/ (gpudesk/hw/mps.py). That folder, not
+    all of /tmp/gpudesk-<uid>/: another home's daemons (another test's, run beside this one)
+    are not this run's."""
+    from gpudesk.hw.mps import short_pipe_root
+
+    return [str(home), str(short_pipe_root(home))]
 
 
 def check_mps_engine(run: Run, job_s: float, policies: tuple[str, ...]) -> dict[str, Any]:

@@ -157,6 +157,13 @@ def _runs_binary(pid: int, names: Iterable[str]) -> bool:
     return any(name.encode() in cmdline for name in names)
 
 
+def short_pipe_root(home_root: Path) -> Path:
+    """Where a home's MPS pipe folders go when its own path is too long for a socket's: a
+    folder of its own under /tmp/gpudesk-<uid>/, named by a hash of the home's path."""
+    digest = hashlib.sha1(str(Path(home_root).absolute()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"gpudesk-{os.getuid()}" / f"mps-{digest}"
+
+
 class MpsManager:
     """Starts, adopts, queries and stops the per-device MPS control daemons of one gpudesk home.
 
@@ -233,8 +240,7 @@ class MpsManager:
         root = self.mps_root / key
         pipe = root / "pipe"
         if len(str(pipe).encode()) + _PIPE_ENTRY_ROOM > _MAX_SOCKET_PATH:
-            digest = hashlib.sha1(str(self.home_root).encode()).hexdigest()[:16]
-            pipe = Path(tempfile.gettempdir()) / f"gpudesk-{os.getuid()}" / f"mps-{digest}" / key
+            pipe = short_pipe_root(self.home_root) / key
         return MpsServer(uuid=uuid, key=key, root=root, pipe_dir=pipe, log_dir=root / "log")
 
     def known_uuids(self) -> list[str]:
