@@ -88,27 +88,33 @@ def _entry(
 class Pinger:
     """Another client, in a process of its own (no GIL shared with this one): it pings, one
     ping after another, while the block runs (the block starts once it has its first answer);
-    the longest round trip it saw, and how many."""
+    each round trip (seconds) in `seen`, the longest (`max_ms`) and how many (`count`)."""
 
     SCRIPT = (
-        "import sys, time\n"
-        "from gpudesk.api.connection import Connection\n"
+        "import sys, time, select\n"
         "from pathlib import Path\n"
+        "from gpudesk.api.connection import Connection\n"
         "from gpudesk.paths import Home\n"
         "conn = Connection(Home(Path(sys.argv[1])), timeout=300.0)\n"
         "conn.request('ping'); print('ready', flush=True)\n"
-        "import select\n"
-        "worst, count = 0.0, 0\n"
+        "seen = []\n"
         "while not select.select([sys.stdin], [], [], 0)[0]:\n"
         "    started = time.perf_counter(); conn.request('ping')\n"
-        "    worst = max(worst, time.perf_counter() - started); count += 1\n"
-        "print(round(worst * 1000, 1), count, flush=True)\n"
+        "    seen.append(time.perf_counter() - started)\n"
+        "print(*seen)\n"
     )
 
     def __init__(self, home: Home) -> None:
         self.home = home
-        self.max_ms = 0.0
-        self.count = 0
+        self.seen: list[float] = []
+
+    @property
+    def max_ms(self) -> float:
+        return round(max(self.seen, default=0.0) * 1000, 1)
+
+    @property
+    def count(self) -> int:
+        return len(self.seen)
 
     def __enter__(self) -> Pinger:
         self._process = subprocess.Popen(
@@ -124,8 +130,7 @@ class Pinger:
 
     def __exit__(self, *_exc: object) -> None:
         out, _ = self._process.communicate("stop\n", timeout=300)
-        worst, count = out.split()
-        self.max_ms, self.count = float(worst), int(count)
+        self.seen = [float(x) for x in out.split()]
 
 
 def _slowest(conn: Connection, op: str) -> Counter[float]:

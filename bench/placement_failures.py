@@ -27,59 +27,18 @@ import argparse
 import json
 import os
 import platform
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from job_actions import _all, _flush_window
-from store_scale import build_store, commit, start_timed_engine, stop, user_env
+from job_actions import Pinger, _all, _flush_window
+from store_scale import build_store, commit, start_timed_engine, stop
 
 from gpudesk.api.connection import Connection
 from gpudesk.paths import Home
 
 DEADLINE_S = 120.0  # the jobs not all failed by then: said as such, not waited for
-
-
-class Pinger:
-    """Pings from another process, one after another, while the block runs: each round trip
-    (seconds) in `seen`."""
-
-    SCRIPT = (
-        "import sys, time, select\n"
-        "from pathlib import Path\n"
-        "from gpudesk.api.connection import Connection\n"
-        "from gpudesk.paths import Home\n"
-        "conn = Connection(Home(Path(sys.argv[1])), timeout=300.0)\n"
-        "conn.request('ping'); print('ready', flush=True)\n"
-        "seen = []\n"
-        "while not select.select([sys.stdin], [], [], 0)[0]:\n"
-        "    started = time.perf_counter(); conn.request('ping')\n"
-        "    seen.append(time.perf_counter() - started)\n"
-        "print(*seen)\n"
-    )
-
-    def __init__(self, home: Home) -> None:
-        self.home = home
-        self.seen: list[float] = []
-
-    def __enter__(self) -> Pinger:
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", self.SCRIPT, str(self.home.root)],
-            env=user_env(self.home),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self._process.stdin is not None and self._process.stdout is not None
-        assert self._process.stdout.readline().strip() == "ready"
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        out, _ = self._process.communicate("stop\n", timeout=300)
-        self.seen = [float(x) for x in out.split()]
 
 
 def measure(home: Home, ids: int, rounds: int) -> dict[str, Any]:
