@@ -316,6 +316,32 @@ def test_one_request_naming_several_members_jobs_changes_only_the_callers(
     station.wait_state(bobs[0], "succeeded")  # released: it ran
 
 
+def test_a_release_said_to_end_a_submission_in_parts_changes_only_the_callers_jobs(
+    station: Station,
+) -> None:
+    """`in_parts` (the client's release of a submission it sent in parts) is a claim of the
+    caller's, words in the history of the jobs it acts on: bob's naming ada's held job beside
+    his own is refused for hers, whose history still says she held it, and worded for his."""
+    job = {"command": ["true"]}
+    hers = station.submit("ada", {**job, "name": "ada-0"}, hold=True)
+    parts = {"jobs": 2, "parts": 2}
+    his = station.submit("bob", {**job, "name": "bob-0"}, hold=True, in_parts=parts)
+    results = station.ok("bob", "release", jobs=[hers, his], in_parts=parts)["results"]
+    assert [r["ok"] for r in results] == [False, True], results
+
+    def hold_events(job_id: int) -> list[str]:
+        events = station.ok(None, "show", job=job_id)["events"]
+        return [e["message"] for e in events if e["kind"] in ("hold", "release")]
+
+    assert hold_events(hers) == ["held by user"]
+    assert station.job(hers)["held"]
+    assert hold_events(his) == [
+        "held until all 2 jobs of its submission are queued (sent in 2 parts)",
+        "released: all 2 jobs of its submission are queued",
+    ]
+    station.wait_state(his, "succeeded")
+
+
 # A client that connects and is accepted (a ping), says "ready", then sends the one request it
 # reads from stdin, says "sent", and prints the reply: run as a member, beside raw_client.py.
 _WAITING_CLIENT = """\
