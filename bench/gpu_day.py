@@ -39,7 +39,6 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -62,6 +61,7 @@ from hardware_truth import (  # noqa: E402
     Run,
     gpudesk,
     parse_json,
+    run_checks,
     tail,
 )
 
@@ -554,31 +554,11 @@ def main() -> int:
         "preempt": lambda: check_preempt(run),
     }
     run.results["card_before"] = card_settings(run)
-    try:
-        for name in chosen:
-            if time.monotonic() > run.deadline - 5:
-                run.results["checks"][name] = {"skipped": "the run's budget was spent"}
-                continue
-            run.say(f"== {name} (limit {CHECKS[name]:.0f} s)")
-            began = time.monotonic()
-            try:
-                result = steps[name]()
-            except Exception:
-                result = dict(run.results["checks"].get(name) or {})
-                result["error"] = traceback.format_exc()[-TAIL:]
-            result["check_wall_s"] = round(time.monotonic() - began, 1)
-            run.results["checks"][name] = result
-            run.save()
-            run.say(f"   {name} done in {result['check_wall_s']} s")
-    finally:
+
+    def card_after() -> None:
         run.results["card_after"] = card_settings(run)
-        run.save()
-        shutil.rmtree(run.tmp, ignore_errors=True)
-    summary = {
-        name: ("error" if "error" in r else "skipped" if "skipped" in r else "ran")
-        for name, r in run.results["checks"].items()
-    }
-    print(json.dumps(summary))
+
+    run_checks(run, chosen, steps, CHECKS, after=card_after)
     return 0
 
 

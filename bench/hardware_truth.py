@@ -891,6 +891,45 @@ def check_loader(run: Run) -> dict[str, Any]:
     }
 
 
+def run_checks(
+    run: Run,
+    chosen: list[str],
+    steps: dict[str, Callable[[], dict[str, Any]]],
+    limits: dict[str, float],
+    after: Callable[[], None] | None = None,
+) -> None:
+    """Each chosen check in order, within the run's budget: a check that raises is recorded
+    with its traceback (beside what it had recorded) and the next runs; the results are saved
+    after each, `after` runs and the run's folder is removed at the end, whatever happened; a
+    one-line summary is printed."""
+    try:
+        for name in chosen:
+            if time.monotonic() > run.deadline - 5:
+                run.results["checks"][name] = {"skipped": "the run's budget was spent"}
+                continue
+            run.say(f"== {name} (limit {limits[name]:.0f} s)")
+            began = time.monotonic()
+            try:
+                result = steps[name]()
+            except Exception:
+                result = dict(run.results["checks"].get(name) or {})
+                result["error"] = traceback.format_exc()[-TAIL:]
+            result["check_wall_s"] = round(time.monotonic() - began, 1)
+            run.results["checks"][name] = result
+            run.save()
+            run.say(f"   {name} done in {result['check_wall_s']} s")
+    finally:
+        if after is not None:
+            after()
+        run.save()
+        shutil.rmtree(run.tmp, ignore_errors=True)
+    summary = {
+        name: ("error" if "error" in r else "skipped" if "skipped" in r else "ran")
+        for name, r in run.results["checks"].items()
+    }
+    print(json.dumps(summary))
+
+
 # ================================================================================ main
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -925,29 +964,7 @@ def main() -> int:
         "loader": lambda: check_loader(run),
         "metrics": lambda: check_metrics(run),
     }
-    try:
-        for name in chosen:
-            if time.monotonic() > run.deadline - 5:
-                run.results["checks"][name] = {"skipped": "the run's budget was spent"}
-                continue
-            run.say(f"== {name} (limit {CHECKS[name]:.0f} s)")
-            began = time.monotonic()
-            try:
-                result = steps[name]()
-            except Exception:
-                result = {"error": traceback.format_exc()[-TAIL:]}
-            result["check_wall_s"] = round(time.monotonic() - began, 1)
-            run.results["checks"][name] = result
-            run.save()
-            run.say(f"   {name} done in {result['check_wall_s']} s")
-    finally:
-        run.save()
-        shutil.rmtree(run.tmp, ignore_errors=True)
-    summary = {
-        name: ("error" if "error" in r else "skipped" if "skipped" in r else "ran")
-        for name, r in run.results["checks"].items()
-    }
-    print(json.dumps(summary))
+    run_checks(run, chosen, steps, CHECKS)
     return 0
 
 
