@@ -78,6 +78,20 @@ KINDS: dict[str, tuple[int, list[str], list[str], int, int, float]] = {
     "light": (4, ["256", "2", "64"], ["64", "2", "32"], 10, 1, 0.5),
 }
 
+# `--day probes`: the calibration probe as jobs of fixed work (`--steps`), each a matmul or copy
+# burst and a host gap, so its share of the GPU is known and held whatever shares the GPU (the
+# digits day's jobs were mostly start-up and validation; these kernels fill the SMs while they
+# run, the kind of neighbour that starves others under MPS, docs/hardware-validation.md of
+# 2026-11-30). (count, probe intensity, memory hint GB, share of --job-s.)
+PROBE_KINDS: dict[str, tuple[int, str, int, float]] = {
+    "heavy": (2, "heavy", 1, 1.0),
+    "medium": (2, "medium", 1, 0.75),
+    "membw": (1, "membw", 4, 0.75),
+    "light": (3, "light", 1, 0.5),
+}
+PROBE_TRIAL_S = 3.0  # each intensity alone: calibrates its burst and gap, and its rate
+PROBE_WARMUP_S = 0.5
+
 
 def digits(shape: list[str], epochs: int, seed: int, device: str, *extra: str) -> list[str]:
     hidden, layers, batch = shape
@@ -244,6 +258,8 @@ def steady_samples_per_s(text: str) -> float | None:
 
 
 def day_profile(policy: str, device: str, sizing: dict[str, Any]) -> str:
+    """The day's profile under `policy`: `sizing` from `size_kinds` (the digits day) or
+    `size_probes` (the probes day: it carries its jobs)."""
     lines = [
         f'name = "day-{policy}"',
         "[station]",
@@ -252,19 +268,90 @@ def day_profile(policy: str, device: str, sizing: dict[str, Any]) -> str:
         "[defaults]",
         "max_attempts = 1",
     ]
+    for name, command, mem, sm in day_jobs(device, sizing):
+        lines += [
+            "[[jobs]]",
+            f'name = "{name}"',
+            "command = [" + ", ".join(json.dumps(c) for c in command) + "]",
+            f"gpus = 1\nmemory_gb = {mem}\nsm_pct = {sm}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def day_jobs(device: str, sizing: dict[str, Any]) -> list[tuple[str, list[str], float, float]]:
+    """(name, command, memory hint GB, SM hint %) of each of the day's jobs."""
+    if "probe_jobs" in sizing:
+        return [
+            (j["name"], j["command"], j["memory_gb"], j["sm_pct"]) for j in sizing["probe_jobs"]
+        ]
+    jobs = []
     seed = 0
     for kind, (count, gpu_shape, cpu_shape, sm, mem, _) in KINDS.items():
         for index in range(count):
             seed += 1
             shape = gpu_shape if device == "cuda" else cpu_shape
             command = digits(shape, sizing[kind]["epochs"], seed, device)
-            lines += [
-                "[[jobs]]",
-                f'name = "{kind}-{index}"',
-                "command = [" + ", ".join(json.dumps(c) for c in command) + "]",
-                f"gpus = 1\nmemory_gb = {mem}\nsm_pct = {sm}",
-            ]
-    return "\n".join(lines) + "\n"
+            jobs.append((f"{kind}-{index}", command, float(mem), float(sm)))
+    return jobs
+
+
+def probe_command(device: str, intensity: str, *extra: str) -> list[str]:
+    probe = [PYTHON, "-m", "gpudesk.workloads.probe", "--intensity", intensity]
+    return [*probe, "--device", device, "--warmup", str(PROBE_WARMUP_S), *extra]
+
+
+def size_probes(run: Run, device: str, job_s: float) -> dict[str, Any]:
+    """Each probe intensity alone for PROBE_TRIAL_S (its burst and gap calibrated, its steps/s
+    and its start-up measured); then the day's jobs: steps for its share of `job_s`, the trial's
+    burst and gap (the same work whoever shares the GPU), and an SM hint that is its average
+    over its run alone (kernels' share x the share of the run past start-up), as
+    docs/interference.md asks of a user."""
+    kinds: dict[str, Any] = {}
+    for kind, (_, intensity, _, share) in PROBE_KINDS.items():
+        began = time.monotonic()
+        done = run.cmd(probe_command(device, intensity, "--seconds", str(PROBE_TRIAL_S)), 90)
+        wall_s = time.monotonic() - began
+        summary = parse_json(done.get("stdout") or "")
+        if not isinstance(summary, dict) or not summary.get("steps_per_s"):
+            kinds[kind] = {"trial": tail(done), "steps": None}
+            continue
+        rate = float(summary["steps_per_s"])
+        steps = max(5, round(job_s * share * rate))
+        start_up_s = max(0.0, wall_s - float(summary["seconds"]))
+        run_s = steps / rate + start_up_s
+        kinds[kind] = {
+            "intensity": intensity,
+            "trial_wall_s": round(wall_s, 2),
+            "steps_per_s": round(rate, 2),
+            "burst": int(summary["burst"]),
+            "gap_ms": float(summary["gap_ms"]),
+            "busy_share": float(summary["busy_share"]),
+            "start_up_s": round(start_up_s, 2),
+            "steps": steps,
+            "alone_s": round(run_s, 2),
+            "sm_pct": round(100.0 * float(summary["busy_share"]) * (steps / rate) / run_s, 1),
+        }
+    sizing: dict[str, Any] = {"kinds": kinds}
+    if any(not k.get("steps") for k in kinds.values()):
+        return sizing
+    jobs = []
+    for kind, (count, intensity, mem, _) in PROBE_KINDS.items():
+        k = kinds[kind]
+        for index in range(count):
+            extra = ("--steps", str(k["steps"]), "--burst", str(k["burst"]))
+            command = probe_command(device, intensity, *extra, "--gap-ms", str(k["gap_ms"]))
+            jobs.append(
+                {
+                    "name": f"{kind}-{index}",
+                    "kind": kind,
+                    "command": command,
+                    "memory_gb": float(mem),
+                    "sm_pct": k["sm_pct"],
+                    "alone_s": k["alone_s"],
+                }
+            )
+    sizing["probe_jobs"] = jobs
+    return sizing
 
 
 def sample_queue(
@@ -359,12 +446,17 @@ def day_policy(
     }
 
 
-def check_day(run: Run, job_s: float, policies: tuple[str, ...]) -> dict[str, Any]:
+def check_day(run: Run, job_s: float, policies: tuple[str, ...], day: str) -> dict[str, Any]:
     device = "cpu" if run.fakes else "cuda"
-    sizing = size_kinds(run, device, job_s)
-    result: dict[str, Any] = {"device": device, "sizing": sizing, "policies": {}}
+    if day == "probes":
+        sizing = size_probes(run, device, job_s)
+        sized = "probe_jobs" in sizing
+    else:
+        sizing = size_kinds(run, device, job_s)
+        sized = all(s.get("epochs") for s in sizing.values())
+    result: dict[str, Any] = {"device": device, "day": day, "sizing": sizing, "policies": {}}
     run.results["checks"]["day"] = result
-    if any(not s.get("epochs") for s in sizing.values()):
+    if not sized:
         result["error"] = "a sizing run did not finish"
         return result
     with Meter(run.env) as meter:
@@ -537,6 +629,12 @@ def main() -> int:
     parser.add_argument("--job-s", type=float, default=10.0, help="a heavy job's training alone, s")
     parser.add_argument("--only", help="comma-separated checks (default: all, in order)")
     parser.add_argument("--policies", default=",".join(POLICIES), help="the day's policies")
+    parser.add_argument(
+        "--day",
+        choices=("digits", "probes"),
+        default="digits",
+        help="the day's jobs: digits MLPs of three sizes, or probes of fixed work (PROBE_KINDS)",
+    )
     args = parser.parse_args()
     policies = tuple(p for p in args.policies.split(",") if p)
     chosen = args.only.split(",") if args.only else list(CHECKS)
@@ -549,7 +647,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     run = Run(args.out, args.fakes, args.budget_s)
     steps: dict[str, Callable[[], dict[str, Any]]] = {
-        "day": lambda: check_day(run, args.job_s, policies),
+        "day": lambda: check_day(run, args.job_s, policies, args.day),
         "memory": lambda: check_memory(run),
         "preempt": lambda: check_preempt(run),
     }

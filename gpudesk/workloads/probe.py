@@ -4,6 +4,11 @@
 each sharing mechanism (docs/calibration.md)::
 
     python -m gpudesk.workloads.probe --intensity light|medium|heavy|membw --seconds S
+    python -m gpudesk.workloads.probe --intensity heavy --steps N --burst B --gap-ms G
+
+With `--steps` the probe is a job of fixed work rather than fixed time (as a queue's jobs are:
+`bench/gpu_day.py --day probes` runs a day of them through the engine): it stops after N steps
+and its progress lines say `progress DONE/N`, so the engine can tell how much is left.
 
 Each *step* is a burst of kernels followed by a host-side gap (the time a training job spends
 loading data or in Python between kernels). The kernels are square matmuls (`light`, `medium`,
@@ -65,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--intensity", choices=sorted(INTENSITIES), default="medium")
     parser.add_argument("--seconds", type=float, default=5.0, help="Seconds to measure.")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=0,
+        help="Stop after this many steps instead (a job of fixed work; --seconds is ignored).",
+    )
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument(
         "--burst", type=int, default=0, help="Kernels per step (0: calibrate, alone)."
@@ -168,8 +179,10 @@ def run(args: argparse.Namespace, out: Any = sys.stdout) -> dict[str, Any]:
         sys.stdin.readline()
 
     steps = 0
+    total_steps = max(0, args.steps)
+    of_total = f"/{total_steps}" if total_steps else ""
     start = time.perf_counter()
-    end = start + args.seconds
+    end = float("inf") if total_steps else start + args.seconds
     next_progress = start + PROGRESS_EVERY_S
     last_done = start
     busy_s = 0.0
@@ -184,8 +197,10 @@ def run(args: argparse.Namespace, out: Any = sys.stdout) -> dict[str, Any]:
             break
         steps += 1
         last_done = done
+        if total_steps and steps >= total_steps:
+            break
         if done >= next_progress:
-            say(f"progress {steps}")
+            say(f"progress {steps}{of_total}")
             next_progress += PROGRESS_EVERY_S
         if gap_s > 0:
             time.sleep(min(gap_s, max(0.0, end - time.perf_counter())))
@@ -205,7 +220,7 @@ def run(args: argparse.Namespace, out: Any = sys.stdout) -> dict[str, Any]:
         "busy_share": round(busy_s / total, 4),
         "idle_s": round(total - busy_s, 4),  # its gaps: at least (steps - 1) x gap_ms
     }
-    say(f"progress {steps}")
+    say(f"progress {steps}{of_total}")
     say(json.dumps(summary))
     return summary
 
@@ -217,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.seconds <= 0:
         _parser().error("--seconds must be positive")
+    if args.steps < 0:
+        _parser().error("--steps must be 0 (run --seconds) or positive")
     try:
         run(args)
     except KeyboardInterrupt:

@@ -229,6 +229,37 @@ def test_the_probe_runs_on_the_cpu_and_prints_progress_and_a_summary() -> None:
     assert summary["idle_s"] >= (summary["steps"] - 1) * summary["gap_ms"] / 1000 * 0.999
 
 
+def test_the_probe_with_steps_is_a_job_of_fixed_work_whose_progress_says_how_much() -> None:
+    """`--steps N`: it stops after N steps, whatever --seconds says, and every progress line
+    is `progress DONE/N` (the engine's remaining-time convention), the last one N/N."""
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "gpudesk.workloads.probe", "--intensity", "light"),
+            *("--steps", "12", "--seconds", "0.001", "--device", "cpu", "--warmup", "0"),
+            *("--burst", "1", "--gap-ms", "80"),  # 12 steps of >= 80 ms: a line mid-run
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    progress = [line.split()[1] for line in lines if line.startswith("progress ")]
+    assert len(progress) >= 2 and progress[-1] == "12/12", lines
+    assert all(p.endswith("/12") for p in progress)
+    assert json.loads(lines[-1])["steps"] == 12
+
+
+def test_the_probe_refuses_negative_steps_in_one_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gpudesk.workloads.probe", "--steps", "-1", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "--steps" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_a_real_gpus_fit_goes_to_the_engines_model_and_a_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -111,3 +111,32 @@ def test_sizing_takes_the_steady_rate_of_a_trials_later_epochs() -> None:
     ]
     assert day.steady_samples_per_s("\n".join(["config ...", *lines])) == 207500
     assert day.steady_samples_per_s("\n".join(lines[:4])) is None  # too few to say
+
+
+def test_the_probes_days_profile_gives_each_job_its_fixed_work_and_life_average_hint(
+    tmp_path: Path,
+) -> None:
+    day = load("gpu_day")
+    jobs = []
+    for kind, (count, intensity, mem, _) in day.PROBE_KINDS.items():
+        for index in range(count):
+            extra = ("--steps", "40", "--burst", "3", "--gap-ms", "2.5")
+            jobs.append(
+                {
+                    "name": f"{kind}-{index}",
+                    "kind": kind,
+                    "command": day.probe_command("cuda", intensity, *extra),
+                    "memory_gb": float(mem),
+                    "sm_pct": 61.5,
+                    "alone_s": 12.0,
+                }
+            )
+    path = tmp_path / "day.toml"
+    path.write_text(day.day_profile("auto", "cuda", {"kinds": {}, "probe_jobs": jobs}))
+    profile = load_profile(path)
+    assert [job.name for job in profile.jobs] == [j["name"] for j in jobs]
+    heavy = profile.jobs[0]
+    assert heavy.command[heavy.command.index("--steps") + 1] == "40"
+    assert heavy.command[heavy.command.index("--intensity") + 1] == "heavy"
+    assert (heavy.memory_gb, heavy.sm_pct) == (1, 61.5)
+    assert sum(1 for job in profile.jobs if job.name.startswith("light-")) == 3
