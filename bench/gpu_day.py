@@ -384,11 +384,26 @@ def sample_queue(
 
 
 def day_policy(
-    run: Run, policy: str, device: str, sizing: dict[str, Any], sample: bool, meter: Meter
+    run: Run,
+    policy: str,
+    device: str,
+    sizing: dict[str, Any],
+    sample: bool,
+    meter: Meter,
+    shared_home: Path | None = None,
 ) -> dict[str, Any]:
-    """One run of the day under `policy`; with `sample`, the queue sampled (`sample_queue`)."""
-    home = Path(tempfile.mkdtemp(prefix=f"home-day-{policy}-", dir=run.tmp))
-    profile = home.with_suffix(".toml")
+    """One run of the day under `policy`; with `sample`, the queue sampled (`sample_queue`);
+    with `shared_home`, in that engine home (what the runs before it taught the engine kept:
+    run times, rates alone, the learned model), else in a new one."""
+    if shared_home is None:
+        home = Path(tempfile.mkdtemp(prefix=f"home-day-{policy}-", dir=run.tmp))
+        profile = home.with_suffix(".toml")
+    else:
+        home = shared_home
+        home.mkdir(exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix=f"day-{policy}-", suffix=".toml", dir=run.tmp)
+        os.close(handle)
+        profile = Path(name)
     profile.write_text(day_profile(policy, device, sizing))
     env = dict(run.env, GPUDESK_HOME=str(home))
     remaining: list[Any] = []
@@ -419,6 +434,7 @@ def day_policy(
         for attempt in summary["attempts"]:
             attempt.pop("log_tail", None)
         jobs.append(summary)
+    model = parse_json(engine.cli("model", "show", "--json").get("stdout", ""))
     engine.cli("engine", "stop", timeout=40)
     ends = [j["ended_at"] for j in jobs if j.get("ended_at")]
     subs = [j["submitted_at"] for j in jobs if j.get("submitted_at")]
@@ -438,6 +454,7 @@ def day_policy(
         else round((energy1 - energy0) / 1000.0, 1),
         "modes": {j["name"]: [a["mode"] for a in j["attempts"]] for j in jobs},
         "jobs": jobs,
+        "model": model,  # what the engine's model was at the run's end (`model show`)
         "remaining_samples": remaining,
         "waiting": list(waits.values()),
         # the GPU over the run (NVML, 1-s windows): medians over all windows and over those
@@ -446,7 +463,9 @@ def day_policy(
     }
 
 
-def check_day(run: Run, job_s: float, policies: tuple[str, ...], day: str) -> dict[str, Any]:
+def check_day(
+    run: Run, job_s: float, policies: tuple[str, ...], day: str, shared_home: bool = False
+) -> dict[str, Any]:
     device = "cpu" if run.fakes else "cuda"
     if day == "probes":
         sizing = size_probes(run, device, job_s)
@@ -454,14 +473,22 @@ def check_day(run: Run, job_s: float, policies: tuple[str, ...], day: str) -> di
     else:
         sizing = size_kinds(run, device, job_s)
         sized = all(s.get("epochs") for s in sizing.values())
-    result: dict[str, Any] = {"device": device, "day": day, "sizing": sizing, "policies": {}}
+    result: dict[str, Any] = {
+        "device": device,
+        "day": day,
+        "shared_home": shared_home,
+        "observe_min_s": run.env.get("GPUDESK_OBSERVE_MIN_S"),
+        "sizing": sizing,
+        "policies": {},
+    }
     run.results["checks"]["day"] = result
     if not sized:
         result["error"] = "a sizing run did not finish"
         return result
     with Meter(run.env) as meter:
         for index in range(len(policies)):
-            day_run(run, result, policies, index, device, sizing, meter)
+            home = run.tmp / "home-day-shared" if shared_home else None
+            day_run(run, result, policies, index, device, sizing, meter, home)
     result["meter_error"] = meter.error
     return result
 
@@ -474,6 +501,7 @@ def day_run(
     device: str,
     sizing: dict[str, Any],
     meter: Meter,
+    shared_home: Path | None = None,
 ) -> None:
     """The day's `index`-th run, under `policies[index]`, into result["policies"]."""
     policy = policies[index]
@@ -487,7 +515,9 @@ def day_run(
         # a policy's first run only: a repeat shows whether sampling (CLI calls every 2 s)
         # moves the figures
         sample = policy not in policies[:index]
-        result["policies"][key] = day_policy(run, policy, device, sizing, sample, meter)
+        result["policies"][key] = day_policy(
+            run, policy, device, sizing, sample, meter, shared_home
+        )
     except Exception:
         result["policies"][key] = {"error": traceback.format_exc()[-TAIL:]}
     run.save()
@@ -630,6 +660,18 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated checks (default: all, in order)")
     parser.add_argument("--policies", default=",".join(POLICIES), help="the day's policies")
     parser.add_argument(
+        "--shared-home",
+        action="store_true",
+        help="the day's runs one after the other in one engine home, so each starts with what "
+        "the runs before taught the engine (run times, rates alone, the learned model)",
+    )
+    parser.add_argument(
+        "--observe-min-s",
+        type=float,
+        help="the learner's shortest interval (GPUDESK_OBSERVE_MIN_S; the product's is 60 s, "
+        "longer than a lent GPU's day of minutes can give)",
+    )
+    parser.add_argument(
         "--day",
         choices=("digits", "probes"),
         default="digits",
@@ -646,8 +688,10 @@ def main() -> int:
         reexec_on_fakes()
     args.out.mkdir(parents=True, exist_ok=True)
     run = Run(args.out, args.fakes, args.budget_s)
+    if args.observe_min_s is not None:
+        run.env["GPUDESK_OBSERVE_MIN_S"] = f"{args.observe_min_s:g}"
     steps: dict[str, Callable[[], dict[str, Any]]] = {
-        "day": lambda: check_day(run, args.job_s, policies, args.day),
+        "day": lambda: check_day(run, args.job_s, policies, args.day, args.shared_home),
         "memory": lambda: check_memory(run),
         "preempt": lambda: check_preempt(run),
     }

@@ -27,14 +27,19 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 STATION = "sim:h200x1"
 DIGITS_TRAIN_SAMPLES = 1437  # 80 % of scikit-learn's 1,797 digits (gpudesk/workloads/data.py)
-KIND_CLASS = {"heavy": "heavy", "medium": "medium", "light": "light"}
+KIND_CLASS = {"heavy": "heavy", "medium": "medium", "light": "light", "membw": "medium"}
 
 
 def day_trace(result: dict[str, Any], life_average: bool = False) -> dict[str, Any]:
     """The day as a trace, from its exclusive run (run times alone) and its profile's hints;
     with `life_average` each SM hint scaled by the share of the job's run it spent training
-    (the hints are SM use while training; start-up and per-epoch validation make the rest)."""
+    (the hints are SM use while training; start-up and per-epoch validation make the rest).
+    A probes day (`gpu_day.py --day probes`) run without `exclusive` takes each job's time
+    alone from its sizing trial (its steps at the trial's rate, plus its start-up); its hints
+    are already life averages."""
     day = result["checks"]["day"]
+    if "exclusive" not in day["policies"] and "probe_jobs" in day["sizing"]:
+        return probes_trace(day["sizing"]["probe_jobs"])
     alone = day["policies"]["exclusive"]
     hints = hints_of(alone["profile"])
     jobs = []
@@ -60,6 +65,30 @@ def day_trace(result: dict[str, Any], life_average: bool = False) -> dict[str, A
     return {
         "name": "gpu-day",
         "source": "bench/gpu_day.py on a real H200: run times alone from its exclusive run",
+        "station": STATION.removeprefix("sim:"),
+        "jobs": jobs,
+    }
+
+
+def probes_trace(probe_jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    jobs = [
+        {
+            "id": index,
+            "arrival_s": 0,
+            "task": job["name"],
+            "model": f"probe-{job['kind']}",
+            "class": KIND_CLASS[job["kind"]],
+            "gpus": 1,
+            "exclusive_minutes": round(job["alone_s"] / 60.0, 5),
+            "peak_memory_mb": job["memory_gb"] * 1024.0,
+            "sm_pct": job["sm_pct"],
+            "progress": True,
+        }
+        for index, job in enumerate(probe_jobs, start=1)
+    ]
+    return {
+        "name": "gpu-day-probes",
+        "source": "bench/gpu_day.py --day probes on a real H200: times alone from its sizing",
         "station": STATION.removeprefix("sim:"),
         "jobs": jobs,
     }

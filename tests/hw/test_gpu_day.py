@@ -140,3 +140,23 @@ def test_the_probes_days_profile_gives_each_job_its_fixed_work_and_life_average_
     assert heavy.command[heavy.command.index("--intensity") + 1] == "heavy"
     assert (heavy.memory_gb, heavy.sm_pct) == (1, 61.5)
     assert sum(1 for job in profile.jobs if job.name.startswith("light-")) == 3
+
+
+def test_the_recorded_learning_day_replays_its_intervals_fed_hints_and_fed_steady_shares() -> None:
+    """bench/learner_replay.py on the H200's learning day (2026-12-04, second session): every
+    shared interval the engine learned from is found, and the learner fed the hints blames the
+    mechanism (contention far above its prior) where fed the steady shares it does not."""
+    replay = load("learner_replay")
+    recorded = json.loads(
+        (BENCH / "results" / "h200-2026-12-04b" / "run2" / "hardware_truth.json").read_text()
+    )
+    found = replay.intervals(recorded)
+    assert len(found) == 25
+    assert {mode for _, _, _, mode, _, _ in found} == {"mps", "naive"}
+    first = found[0]
+    assert first[1] == "heavy-0" and first[2] == 0.39 and len(first[4]) == 5
+    per_job = replay.shares(recorded)
+    assert per_job["heavy-0"]["hints"] < 55 < per_job["heavy-0"]["steady"]
+    hinted, _ = replay.replay(found, per_job, "hints")
+    steady, _ = replay.replay(found, per_job, "steady")
+    assert hinted.contention > 1.0 > 0.228 > steady.contention
