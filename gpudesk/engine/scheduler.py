@@ -165,7 +165,7 @@ class Scheduler:
         if dependency is not None:
             return job_dependencies.waiting_text(dependency)
         if job.id in self.queue.doomed:
-            return f"being cancelled: {self.queue.doomed[job.id]}"
+            return job_dependencies.pending_cancel(self.queue.doomed[job.id])
         drained = self.drain.explain()
         if drained:
             return drained

@@ -21,6 +21,16 @@ from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.policy import job_gates
 
+# How a dependency's cancel reason ends once the job is cancelled, and how the same reason reads
+# while its cancel waits for a later turn of the loop (`gpudesk show` of a job still queued).
+NEVER_RAN = "this job never ran"
+WILL_NOT_RUN = "it will not run"
+
+
+def pending_cancel(reason: str) -> str:
+    """`reason` (a cancel reason of this module's or job_gates') as read before the cancel."""
+    return "being cancelled: " + reason.replace(NEVER_RAN, WILL_NOT_RUN)
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -43,7 +53,7 @@ def verdict(after: tuple[int, ...], known: Mapping[int, JobRecord]) -> Verdict:
         if dependency.state in (JobState.FAILED, JobState.CANCELLED):
             return Verdict(
                 never=f"job {dependency.id} ({dependency.name}), which it runs after, "
-                f"{dependency.state.value}; this job never ran"
+                f"{dependency.state.value}; {NEVER_RAN}"
             )
         if waiting_on is None:
             waiting_on = dependency

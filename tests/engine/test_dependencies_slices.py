@@ -84,8 +84,10 @@ def test_jobs_after_a_failed_job_are_cancelled_a_slice_a_turn_in_one_commit_each
     assert cancelled == [SLICE_JOBS, 2 * SLICE_JOBS, AFTER]
     assert commits == [1, 1, 1]
     assert due == [True, True, False]
-    # one left for a later turn says so, not that it waits for a slot
-    assert why == (f"being cancelled: {reason}", {ids[-1]: "Dependency"})
+    # one left for a later turn says so, not that it waits for a slot, and not that it "never
+    # ran" while it is still queued: that is said once it is cancelled
+    pending = f"job {first} (prep), which it runs after, failed; it will not run"
+    assert why == (f"being cancelled: {pending}", {ids[-1]: "Dependency"})
     jobs = engine.store.jobs(ids=ids)
     assert [j.id for j in jobs] == ids
     assert {(j.state.value, j.reason, j.started_at, j.attempts, j.held) for j in jobs} == {
