@@ -145,4 +145,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from quiet_pipe import run_main
+
+    run_main(main)

@@ -141,6 +141,22 @@ def _sync(device: Any) -> Callable[[], None]:
     return lambda: None
 
 
+def _warm_up_and_time(kernel: Callable[[], None], sync: Callable[[], None], warmup: float) -> float:
+    """Warm up (allocator, cuBLAS heuristics, clocks), then time one kernel: its ms."""
+    until = time.perf_counter() + max(0.0, warmup)
+    warm = 0
+    while warm < 3 or time.perf_counter() < until:
+        kernel()
+        sync()
+        warm += 1
+    timed = 20
+    start = time.perf_counter()
+    for _ in range(timed):
+        kernel()
+    sync()
+    return (time.perf_counter() - start) * 1000.0 / timed
+
+
 def run(args: argparse.Namespace, out: Any = sys.stdout) -> dict[str, Any]:
     import torch
 
@@ -156,19 +172,7 @@ def run(args: argparse.Namespace, out: Any = sys.stdout) -> dict[str, Any]:
     def say(line: str) -> None:
         print(line, file=out, flush=True)
 
-    # Warm up (allocator, cuBLAS heuristics, clocks), then time one kernel.
-    until = time.perf_counter() + max(0.0, args.warmup)
-    warm = 0
-    while warm < 3 or time.perf_counter() < until:
-        kernel()
-        sync()
-        warm += 1
-    timed = 20
-    start = time.perf_counter()
-    for _ in range(timed):
-        kernel()
-    sync()
-    kernel_ms = (time.perf_counter() - start) * 1000.0 / timed
+    kernel_ms = _warm_up_and_time(kernel, sync, args.warmup)
     burst = args.burst if args.burst > 0 else max(1, round(BURST_MS / max(kernel_ms, 1e-3)))
     burst_ms = burst * kernel_ms
     gap_ms = args.gap_ms if args.gap_ms >= 0 else burst_ms * (1.0 - intensity.duty) / intensity.duty
