@@ -3,19 +3,21 @@ shows, from the progress the jobs report, and kept in the store.
 
 Each running single-GPU attempt's log is read for progress lines (`gpudesk.joblog.progress`).
 Its run is cut into intervals (`gpudesk.policy.progress_intervals`, the pure rules) during which
-its *tenancy* stayed the same: its mode, its MIG slice
-and the other attempts on its GPU. When an interval of at least `observe_min_s` ends (a co-tenant
-starts or ends, or the job ends), its rate (DONE per second, from the interval's first to its last
-progress line) is compared with the job's rate alone on a GPU: measured earlier in the same
-attempt, or remembered for the same command (its `demand.signature`) from its owner's earlier
-runs (never another member's: she would set the yardstick of this one's observations). Their
-ratio is an `interference.Observation`. The `Learner` keeps it (if it informs a parameter) and
-refits every parameter jointly from the observations it keeps; the observation is stored at once
-(the store keeps what the learner keeps), and placement sees the new parameters at its next
-decision. While an attempt runs alone, its GPU's SM activity and kernel-active time are read at
-each step too: when its time alone ends they measure the kernel-active gap, one more
-observation. A new engine refits from the stored observations, and takes the totals a store from
-before the refit holds (schema 5, observations not kept) as they are.
+its *tenancy* stayed the same: its mode, its MIG slice and the other attempts on its GPU. When an
+interval of at least `observe_min_s` ends (a co-tenant starts or ends, or the job ends), its
+rate (DONE per second, from the interval's first to its last progress line) is compared with the
+job's rate alone on a GPU: measured earlier in the same attempt, or remembered for the same
+command (its `demand.signature`) from its owner's earlier runs (never another member's: she
+would set the yardstick of this one's observations). Their ratio is an
+`interference.Observation`, its workloads the steady SM shares remembered alone for each
+tenant's command (none known for one: it teaches nothing; the policy module says why). The
+`Learner` keeps it (if it informs a parameter) and refits every parameter jointly from the
+observations it keeps; the observation is stored at once, and placement sees the new parameters
+at its next decision. While an attempt runs alone after its first progress line, its GPU's SM
+activity and kernel-active time are read at each step: when its time alone ends they give its
+command's steady SM share and measure the kernel-active gap, one more observation. A new engine
+refits from the stored observations, and takes the totals a store from before the refit holds
+(schema 5, observations not kept) as they are.
 
 `gpudesk calibrate` feeds observations measured by probes through `observe` (source
 "calibrated"); `gpudesk model show` reads `describe`; `gpudesk model reset` calls `reset`.
@@ -24,9 +26,11 @@ before the refit holds (schema 5, observations not kept) as they are.
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from gpudesk.core.records import JobRecord
 from gpudesk.engine.attempts import Attempts
@@ -39,7 +43,7 @@ from gpudesk.hw import runner
 from gpudesk.hw.telemetry.model import MPS_SERVER
 from gpudesk.joblog.progress import ProgressLine, ProgressReader
 from gpudesk.policy.command_family import owner_key
-from gpudesk.policy.demand import DEFAULT_SM_PCT, signature
+from gpudesk.policy.demand import signature
 from gpudesk.policy.interference import (
     FrozenTotal,
     InterferenceModel,
@@ -47,14 +51,11 @@ from gpudesk.policy.interference import (
     LearnedParam,
     Learner,
     Observation,
-    Workload,
-    workload,
 )
 from gpudesk.policy.observation_wire import observation_from_json, observation_to_json
 from gpudesk.policy.progress_intervals import (
     AloneActivity,
     AloneRate,
-    Interval,
     Placed,
     Progress,
     Tenancy,
@@ -73,6 +74,7 @@ log = logging.getLogger("gpudesk.engine")
 OBSERVE_MIN_S = 60.0
 OBSERVE_MIN_S_ENV = "GPUDESK_OBSERVE_MIN_S"
 SOURCES = ("learned", "calibrated")
+Lesson = Callable[[str, float], str]  # what an observation taught: its parameter, their value
 
 
 def observe_min_s() -> float:
@@ -88,10 +90,10 @@ class Tracker:
     job_id: int
     alone_key: str  # its owner's and command's (`owner_key`): the key of its rate alone
     owner: int  # the job's owner's uid: whose voice its observations are (learner `_blend`)
-    work: Workload
     reader: ProgressReader
     progress: Progress
     activity: AloneActivity = field(default_factory=AloneActivity)  # while alone on its GPU
+    steady_after: float = math.inf  # its samples alone count after this one (its first line's)
 
 
 @dataclass
@@ -99,6 +101,7 @@ class LearningCounts:
     intervals: int = 0  # long enough intervals that ended
     observations: int = 0  # ... that told the learner something
     without_alone_rate: int = 0  # shared intervals of jobs whose rate alone was unknown
+    without_measured_sm: int = 0  # ... where a tenant's command had no steady SM share known
     sources: dict[str, int] = field(default_factory=dict)
 
 
@@ -257,6 +260,8 @@ class StationLearning:
                 continue
             self.trackers[attempt.attempt.id] = tracker
             lines = tracker.reader.read_lines()
+            if lines and tracker.steady_after == math.inf:
+                tracker.steady_after = (self.telemetry.monitor.latest or {}).get("taken_at", 0.0)
             for line in lines:
                 tracker.progress.add(now, line.done)
             recent = self._recent(attempt.attempt.id, now, lines)
@@ -292,17 +297,6 @@ class StationLearning:
             recent.add(now, lines[-1].done, total)
         return recent
 
-    def _workload(self, attempt: LiveAttempt) -> Workload:
-        demand = attempt.attempt.placement.get("demand") or {}
-        sm = demand.get("sm_pct")
-        membw = demand.get("membw_pct")
-        gpu_model = self._gpu_model(attempt.gpus[0])
-        return workload(
-            float(sm) if isinstance(sm, (int, float)) else DEFAULT_SM_PCT,
-            float(membw) if isinstance(membw, (int, float)) else None,
-            self.model.params(gpu_model),
-        )
-
     def _gpu_model(self, index: int) -> str:
         for info in self.telemetry.monitor.inventory:
             if info.index == index:
@@ -324,7 +318,6 @@ class StationLearning:
                     attempt.attempt.job_id,
                     gpu,
                     attempt.mode,
-                    self._workload(attempt),
                     attempt.mig_slice if attempt.mode == "mig" else None,
                     compute,
                     memory,
@@ -332,35 +325,36 @@ class StationLearning:
             )
         return tenancies(placed)
 
-    def _reader(self, attempt: LiveAttempt) -> ProgressReader | None:
+    def _job(self, job_id: int) -> JobRecord | None:
         try:
-            job = self.store.job(attempt.attempt.job_id)
-        except Exception:
+            return self.store.job(job_id)
+        except Exception:  # not in the store (or unreadable): nothing to read or learn of it
             return None
-        return _log_reader(attempt, job)
+
+    def _reader(self, attempt: LiveAttempt) -> ProgressReader | None:
+        job = self._job(attempt.attempt.job_id)
+        return None if job is None else _log_reader(attempt, job)
 
     def _tracker(self, attempt: LiveAttempt, tenancy: Tenancy) -> Tracker | None:
-        try:
-            job = self.store.job(attempt.attempt.job_id)
-        except Exception:
+        if (job := self._job(attempt.attempt.job_id)) is None:
             return None
         reader = _log_reader(attempt, job)
         return Tracker(
-            attempt.attempt.id,
-            job.id,
-            owner_key(job.owner.uid, signature(job.spec.command, job.spec.workdir)),
-            job.owner.uid,
-            self._workload(attempt),
-            reader,
-            Progress(tenancy),
+            attempt.attempt.id, job.id, _key(job), job.owner.uid, reader, Progress(tenancy)
         )
+
+    def _steady_sm(self, job_id: int) -> float | None:
+        """The steady SM share (%) remembered alone for the job's command, or None."""
+        known = self.alone.get(_key(job)) if (job := self._job(job_id)) else None
+        return None if known is None else known.sm_pct
 
     def _sample_alone(self, tracker: Tracker, gpu: int) -> None:
         """Add the latest telemetry of the GPU the tracker's attempt has to itself, where it
-        read both SM activity and kernel-active time and no process outside gpudesk (other
-        than an MPS server) was on it."""
+        was taken after the attempt's first progress line was read (its steady phase, where
+        its rate is measured: not its start-up), read both SM activity and kernel-active time
+        and no process outside gpudesk (other than an MPS server) was on it."""
         latest = self.telemetry.monitor.latest
-        if latest is None:
+        if latest is None or latest["taken_at"] <= tracker.steady_after:
             return
         for reading in latest["gpus"]:
             if reading["index"] != gpu:
@@ -376,36 +370,26 @@ class StationLearning:
             tracker.activity.add(latest["taken_at"], sm / 100.0, active / 100.0)
             return
 
-    def _close_alone(self, tracker: Tracker) -> None:
+    def _close_alone(self, tracker: Tracker) -> AloneActivity:
         """The tracker's time alone ended: what telemetry read of it there measures the
-        kernel-active gap, if enough of it was read."""
+        kernel-active gap, if enough of it was read. Returns what it read."""
         activity, tracker.activity = tracker.activity, AloneActivity()
-        obs = activity.observation(tracker.work, self.min_s)
-        if obs is None or obs.kernel_active is None:
-            return
         gpu_model = self._gpu_model(tracker.progress.tenancy.gpu)
-        try:
-            name = self.observe(gpu_model, obs, "learned", owner=tracker.owner)
-        except Exception:
-            log.exception("could not store what job %d's telemetry showed", tracker.job_id)
-            return
-        if name is None:
-            return
-        self.counts.observations += 1
-        value = self.learner.params(gpu_model).to_dict()[name]
-        seconds = (activity.last_at or 0.0) - (activity.first_at or 0.0)
-        self._event(tracker.job_id, telemetry_lesson(obs, seconds, gpu_model, name, value))
+        obs = activity.observation(self.model.params(gpu_model), self.min_s)
+        if obs is not None and obs.kernel_active is not None:
+            seconds = (activity.last_at or 0.0) - (activity.first_at or 0.0)
+            self._learn(tracker, gpu_model, obs, partial(telemetry_lesson, obs, seconds, gpu_model))
+        return activity
 
     def _close(self, tracker: Tracker) -> None:
         """The tracker's interval ended: learn from it if it counts."""
-        if tracker.progress.tenancy.alone:
-            self._close_alone(tracker)
+        alone_sm = self._close_alone(tracker).sm_pct if tracker.progress.tenancy.alone else None
         interval = tracker.progress.end(self.min_s)
         if interval is None:
             return
         self.counts.intervals += 1
         if interval.tenancy.alone:
-            self._remember_alone(tracker.alone_key, interval.rate)
+            self._remember_alone(tracker.alone_key, interval.rate, alone_sm)
             return
         alone = tracker.progress.alone_rate
         if alone is None and tracker.alone_key in self.alone:
@@ -413,23 +397,27 @@ class StationLearning:
         if alone is None or alone <= 0:
             self.counts.without_alone_rate += 1
             return
-        obs = interval.observation(tracker.work, alone)
         gpu_model = self._gpu_model(interval.tenancy.gpu)
+        tenants = (tracker.job_id, *(o.job_id for o in interval.tenancy.others))
+        sm_pcts = [self._steady_sm(job_id) for job_id in tenants]
+        obs = interval.observation(alone, sm_pcts, self.model.params(gpu_model))
+        if obs is None:
+            self.counts.without_measured_sm += 1
+            return
+        self._learn(tracker, gpu_model, obs, partial(progress_lesson, interval, obs, gpu_model))
+
+    def _learn(self, tracker: Tracker, gpu_model: str, obs: Observation, lesson: Lesson) -> None:
+        """Tell the learner what the tracker's job showed, and the job's events what that
+        taught (`lesson(parameter, its new value)`)."""
         try:
             name = self.observe(gpu_model, obs, "learned", owner=tracker.owner)
         except Exception:
-            log.exception("could not store what job %d's progress showed", tracker.job_id)
+            log.exception("could not store what job %d showed", tracker.job_id)
             return
         if name is not None:
             self.counts.observations += 1
-            self._tell(tracker.job_id, interval, obs, gpu_model, name)
-
-    def _tell(
-        self, job_id: int, interval: Interval, obs: Observation, gpu_model: str, name: str
-    ) -> None:
-        """What a job's progress taught, in the log and as a `model` event."""
-        value = self.learner.params(gpu_model).to_dict()[name]
-        self._event(job_id, progress_lesson(interval, obs, gpu_model, name, value))
+            value = self.learner.params(gpu_model).to_dict()[name]
+            self._event(tracker.job_id, lesson(name, value))
 
     def _event(self, job_id: int, message: str) -> None:
         """What a job taught the model, in the log and as a `model` event."""
@@ -439,13 +427,18 @@ class StationLearning:
         except Exception:
             log.exception("could not record a learning event")
 
-    def _remember_alone(self, key: str, rate: float) -> None:
+    def _remember_alone(self, key: str, rate: float, sm_pct: float | None) -> None:
         try:
-            self.store.record_alone_rate(key, rate)
+            self.store.record_alone_rate(key, rate, sm_pct)
         except Exception:  # a hint for later runs; never worth failing a step over
             log.exception("could not record a rate alone")
             return
-        self.alone[key] = alone_rate_after(self.alone.get(key), rate, time.time())
+        self.alone[key] = alone_rate_after(self.alone.get(key), rate, time.time(), sm_pct)
+
+
+def _key(job: JobRecord) -> str:
+    """Whose command it is: the key its rate and steady SM share alone are remembered by."""
+    return owner_key(job.owner.uid, signature(job.spec.command, job.spec.workdir))
 
 
 def _log_reader(attempt: LiveAttempt, job: JobRecord) -> ProgressReader:

@@ -10,8 +10,21 @@ its ratio to the speed alone is an `interference.Observation`. While an attempt 
 GPU's telemetry (`AloneActivity`: SM activity and kernel-active time) measures its kernel-active
 gap, another observation.
 
-A command's rate alone is remembered as the mean over its runs (`AloneRate`). What an interval
-taught is said in words (`progress_lesson`, `telemetry_lesson`) for the job's events.
+A command's rate alone is remembered as the mean over its runs (`AloneRate`), and with it its
+*steady SM share*: the mean SM activity its GPU read while it ran alone after its first progress
+line (`AloneActivity` counts no sample before it), in the phase its rate is measured in. A shared
+interval teaches only where every attempt in it, the job and each co-tenant, has a steady SM
+share remembered, and its observation's workloads are those shares (`Interval.observation`),
+never the placement's SM hints. Why: the learner puts whatever the model's prediction misses
+into the sharing mechanism. On an H200 (2026-12-04) eight probe jobs hinted at their life-long
+SM average (start-up included: 49/22/26/6 %) ran under MPS at exactly the fair share of their
+steady demand (79/33/41/10 %, ~258 % in all); read against the hints (~160 %), the shortfall
+became the mechanism's cost: contention 0.228 -> 1.397, mps_tenant_cost 0.04 -> 0.16, and
+`auto` with that model ran the same day 1.42 x slower. Nor does a job's SM activity over its
+whole time alone serve: start-up included, the heaviest read 54 %, not 79 %.
+
+What an interval taught is said in words (`progress_lesson`, `telemetry_lesson`) for the job's
+events.
 
 The engine (`gpudesk.engine.learning`) reads the logs, knows who runs where, remembers rates
 alone in its store and feeds the learner; this module holds no file, clock or store, so the
@@ -21,18 +34,17 @@ rules can be read and tested on their own (docs/interference.md).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
-from gpudesk.policy.interference import Observation, Workload, kernel_active_gap
+from gpudesk.policy.interference import ModelParams, Observation, kernel_active_gap, workload
 
 
 @dataclass(frozen=True)
 class CoTenant:
     attempt_id: int
     job_id: int
-    work: Workload = field(compare=False)  # fixed for an attempt; compared by its id
 
 
 @dataclass(frozen=True)
@@ -53,14 +65,12 @@ class Tenancy:
 
 @dataclass(frozen=True)
 class Placed:
-    """A running single-GPU attempt as tenancies are built from: where it runs, and its
-    workload (what its co-tenants' observations say it brought)."""
+    """A running single-GPU attempt as tenancies are built from: where it runs."""
 
     attempt_id: int
     job_id: int
     gpu: int
     mode: str
-    work: Workload
     mig_slice: str | None = None
     compute_slices: int = 0  # its MIG slice's, where the engine could read them
     memory_slices: int = 0
@@ -82,7 +92,7 @@ def tenancies(placed: Sequence[Placed]) -> dict[int, Tenancy]:
             )
             continue
         others = tuple(
-            CoTenant(other.attempt_id, other.job_id, other.work)
+            CoTenant(other.attempt_id, other.job_id)
             for other in placed
             if other is not attempt and other.mode != "mig" and other.gpu == attempt.gpu
         )
@@ -108,17 +118,21 @@ class Interval:
     def rate(self) -> float:
         return self.done / self.seconds
 
-    def observation(self, work: Workload, alone_rate: float) -> Observation:
+    def observation(
+        self, alone_rate: float, sm_pcts: Sequence[float | None], params: ModelParams
+    ) -> Observation | None:
         """What a shared interval tells the learner: the job's rate here against `alone_rate`,
-        beside its co-tenants' workloads (or on its MIG slice)."""
+        beside its co-tenants (or on its MIG slice). `sm_pcts`: the steady SM share (%)
+        remembered for the job's command, then for each co-tenant's in `tenancy.others`' order;
+        the workloads are built from them (bandwidth from `params`). None where any is unknown
+        (None): the hints would stand in, and their error be read as the mechanism's cost (the
+        module's docstring)."""
         t = self.tenancy
+        if len(sm_pcts) != 1 + len(t.others) or any(sm is None for sm in sm_pcts):
+            return None
+        job, *others = (workload(sm, None, params) for sm in sm_pcts if sm is not None)
         return Observation(
-            t.mode,
-            work,
-            tuple(o.work for o in t.others),
-            self.rate / alone_rate,
-            t.compute_slices,
-            t.memory_slices,
+            t.mode, job, tuple(others), self.rate / alone_rate, t.compute_slices, t.memory_slices
         )
 
 
@@ -174,8 +188,10 @@ MIN_ACTIVITY_SAMPLES = 3
 @dataclass
 class AloneActivity:
     """What telemetry read of an attempt's GPU while the attempt ran there alone (no other
-    attempt, no process outside gpudesk): SM activity and kernel-active time, as shares,
-    summed over the samples. Their means tell the kernel-active gap of the job."""
+    attempt, no process outside gpudesk) in its steady phase (the engine adds no sample taken
+    before its first progress line was read): SM activity and kernel-active time, as shares,
+    summed over the samples. Their means tell the job's steady SM share and its kernel-active
+    gap."""
 
     samples: int = 0
     sm: float = 0.0
@@ -193,19 +209,25 @@ class AloneActivity:
             self.first_at = at
         self.last_at = at
 
-    def observation(self, work: Workload, min_s: float) -> Observation | None:
+    @property
+    def sm_pct(self) -> float | None:
+        """The mean SM activity (%), from `MIN_ACTIVITY_SAMPLES` samples or more; else None."""
+        return 100.0 * self.sm / self.samples if self.samples >= MIN_ACTIVITY_SAMPLES else None
+
+    def observation(self, params: ModelParams, min_s: float) -> Observation | None:
         """The observation the samples make (at least `min_s` apart from first to last, and
         `MIN_ACTIVITY_SAMPLES` of them), or None. Its workload's SM share is the one measured
         here, beside the kernel-active time it is compared with."""
-        if self.samples < MIN_ACTIVITY_SAMPLES or self.first_at is None or self.last_at is None:
+        sm_pct = self.sm_pct
+        if sm_pct is None or self.first_at is None or self.last_at is None:
             return None
         if self.last_at - self.first_at < min_s:
             return None
-        sm = self.sm / self.samples
         active = self.kernel_active / self.samples
-        if kernel_active_gap(sm, active) is None:
+        job = workload(sm_pct, None, params)
+        if kernel_active_gap(job.sm, active) is None:
             return None
-        return Observation("exclusive", Workload(sm, work.membw), (), 1.0, kernel_active=active)
+        return Observation("exclusive", job, (), 1.0, kernel_active=active)
 
 
 def slice_size(
@@ -225,19 +247,28 @@ def slice_size(
 
 @dataclass(frozen=True)
 class AloneRate:
-    """A command's progress rate (its DONE units per second) alone on a GPU, over its runs."""
+    """A command's progress rate (its DONE units per second) alone on a GPU, over its runs, and
+    its steady SM share alone (%) over the `sm_runs` of them that read it (None: none did)."""
 
     rate: float
     runs: int
     updated_at: float
+    sm_pct: float | None = None
+    sm_runs: int = 0
 
 
-def alone_rate_after(old: AloneRate | None, rate: float, at: float) -> AloneRate:
-    """A command's rate alone once one more of its runs measured `rate` (at `at`): the mean
-    over its runs."""
+def alone_rate_after(
+    old: AloneRate | None, rate: float, at: float, sm_pct: float | None = None
+) -> AloneRate:
+    """A command's rate alone once one more of its runs measured `rate` (at `at`), and
+    `sm_pct` where it read one: each the mean over the runs that measured it."""
     runs = old.runs if old else 0
     mean = (old.rate * runs + rate) / (runs + 1) if old else rate
-    return AloneRate(mean, runs + 1, at)
+    sm_runs, sm = (old.sm_runs, old.sm_pct) if old else (0, None)
+    if sm_pct is not None:
+        sm = ((sm or 0.0) * sm_runs + sm_pct) / (sm_runs + 1)
+        sm_runs += 1
+    return AloneRate(mean, runs + 1, at, sm, sm_runs)
 
 
 def progress_lesson(

@@ -4,7 +4,11 @@ with the system's): a watched job that prints `progress DONE/TOTAL` and slows it
 a flag file exists, and a sharer that makes the flag for as long as it runs.
 
 The jobs run on the CPU and do not really slow each other: what the watched job shows beside its
-sharer is a rate of 1 / SLOWER of its rate alone.
+sharer is a rate of 1 / SLOWER of its rate alone. A sharer's command runs alone first, printing
+progress, so that its SM share alone is known (an interval beside a command of unknown share
+teaches nothing); beside the watched job it runs with SHARER_QUIET=1 in its environment (the
+same command, so the same share) and prints none, so its own intervals teach nothing: only the
+watched job's rate is what the tests read.
 
     python -c WATCHED FLAG SECONDS [SLOWER [STOP]]   # SLOWER: 2; STOP: a file that ends it sooner
     python -c SHARER FLAG SECONDS
@@ -24,10 +28,12 @@ while time.monotonic() < end and not (stop and os.path.exists(stop)):
 SHARER = """
 import os, sys, time
 flag, seconds = sys.argv[1], float(sys.argv[2])
+quiet = os.environ.get("SHARER_QUIET") == "1"
 open(flag, "w").close()
 try:
     for step in range(int(seconds / 0.05)):
-        print(f"progress {step}", flush=True)
+        if not quiet:
+            print(f"progress {step}", flush=True)
         time.sleep(0.05)
 finally:
     os.unlink(flag)

@@ -19,16 +19,22 @@ from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.model_params import ParamTotal, StoredObservation
 from gpudesk.engine.store.schema import MIGRATIONS
+from gpudesk.policy.command_family import owner_key
+from gpudesk.policy.demand import signature
 from gpudesk.policy.interference import (
     DEFAULT_PARAMS,
     PARAM_NAMES,
     PRIOR_WEIGHT,
     REFIT_TOLERANCE,
     LearnedParam,
+    Learner,
     Observation,
     Workload,
+    workload,
 )
-from gpudesk.policy.observation_wire import observation_from_dict
+from gpudesk.policy.learner import predicted_rate
+from gpudesk.policy.observation_wire import observation_from_dict, observation_from_json
+from gpudesk.policy.progress_intervals import alone_rate_after
 
 A100 = "NVIDIA A100-SXM4-40GB"
 
@@ -251,13 +257,15 @@ def test_an_observation_from_the_wire() -> None:
             observation_from_dict(bad)
 
 
-def fake_attempt(store: Store, tmp_path: Path, attempt_id: int, job_id: int) -> Any:
+def fake_attempt(
+    store: Store, tmp_path: Path, attempt_id: int, job_id: int, sm_hint: float = 20.0
+) -> Any:
     log = tmp_path / f"attempt-{attempt_id}.log"
     log.write_bytes(b"")
     record = SimpleNamespace(
         id=attempt_id,
         job_id=job_id,
-        placement={"demand": {"sm_pct": 20.0, "memory_mib": 2048}},
+        placement={"demand": {"sm_pct": sm_hint, "memory_mib": 2048}},
         log_path=str(log),
     )
     return SimpleNamespace(
@@ -285,6 +293,8 @@ def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
     if members:  # the second run of the same command, in the same folder, is another member's
         ada = Identity.of(os.getuid() + 1, os.getgid(), ())
         (later,) = store.submit([JobSpec(name="same", command=("train",), workdir="/w")], owner=ada)
+    # the co-tenant's command: its steady SM share alone, measured by an earlier run
+    store.record_alone_rate(command_key(store, other.id), 3.0, sm_pct=30.0)
     station = learning(store)
     station.min_s = 0.05
     station.telemetry.station.config.sample_interval = 0.0  # type: ignore[attr-defined]
@@ -295,17 +305,21 @@ def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
         with open(attempt.attempt.log_path, "ab") as out:
             out.write(f"progress {done}\n".encode())
 
-    # a first run alone: 10 steps in 0.1 s
+    # a first run alone: 10 steps in 0.1 s, its GPU read at 20 % SM activity meanwhile (and
+    # always kernel-active, which cuts the kernel-active gap off: it teaches none)
     first = fake_attempt(store, tmp_path, 1, same.id)
     live.append(first)
     progress(first, 1)
-    station.step()
+    for _ in range(4):  # the first is read with its first line: not counted
+        sample(station, 20.0, 99.0)
     time.sleep(0.1)
     progress(first, 11)
     station.step()
     live.clear()
     station.step()  # it ended: its interval alone closes
-    assert store.alone_rates()[next(iter(station.alone))].runs == 1
+    first_key = command_key(store, same.id)
+    assert store.alone_rates()[first_key].runs == 1
+    assert store.alone_rates()[first_key].sm_pct == pytest.approx(20.0)
 
     # a second run of the same command shares from its start: 5 steps in 0.1 s
     second = fake_attempt(store, tmp_path, 2, later.id)
@@ -369,6 +383,20 @@ def test_a_suspended_co_tenant_is_no_tenant_while_stopped(store: Store, tmp_path
     assert store.alone_rates()[next(iter(station.alone))].runs == 1
 
 
+def command_key(store: Store, job_id: int) -> str:
+    """The key the job's command's rate and steady SM share alone are remembered by."""
+    job = store.job(job_id)
+    return owner_key(job.owner.uid, signature(job.spec.command, job.spec.workdir))
+
+
+def sample(station: StationLearning, sm: float, active: float) -> None:
+    """A new telemetry sample of GPU 0 (SM activity and kernel-active time, %), then a step."""
+    latest = station.telemetry.monitor.latest
+    at = (latest["taken_at"] if latest else 0.0) + 1.0
+    station.telemetry.monitor.latest = reading(at, sm, active, [])  # type: ignore[misc]
+    station.step()
+
+
 def reading(at: float, sm: float, active: float, processes: list[dict[str, Any]]) -> Any:
     """The monitor's latest view of GPU 0 as the learner reads it."""
     gpu = {
@@ -399,6 +427,10 @@ def test_a_job_alone_teaches_the_kernel_active_gap_from_telemetry(
     if foreign:
         processes.append({"pid": 12, "job_id": None, "mps": None})  # someone else's
     monitor = station.telemetry.monitor
+    with open(live[0].attempt.log_path, "ab") as out:
+        out.write(b"progress 1\n")  # its steady phase: its samples count after this read
+    monitor.latest = reading(0.0, 0.0, 0.0, processes)  # type: ignore[misc]
+    station.step()
     for at, active in ((1.0, 52.0), (2.0, 54.0), (2.0, 99.0), (3.0, 56.0)):
         monitor.latest = reading(at, 40.0, active, processes)  # type: ignore[misc]
         station.step()
@@ -444,4 +476,162 @@ def test_each_member_is_one_voice_and_a_new_engine_hears_them_so(tmp_path: Path)
     store = Store.open(tmp_path / "db")
     one_voice = (0.04 * PRIOR_WEIGHT + 20 * 0.5 + 4 * 0.05) / (PRIOR_WEIGHT + 24)
     assert learning(store).model.params(A100).mps_tenant_cost == pytest.approx(one_voice)
+    store.close()
+
+
+def test_a_commands_steady_sm_share_is_read_after_its_first_progress_line(
+    store: Store, tmp_path: Path
+) -> None:
+    """Its start-up (SM 0 % before its first progress line) is not its demand: the H200's
+    heaviest probe read 54 % over its whole time alone, 79 % in its steady phase."""
+    from gpudesk.core.jobs import JobSpec
+
+    (job,) = store.submit([JobSpec(name="alone", command=("train",), workdir="/w")], None)
+    station = learning(store)
+    station.min_s = 0.05
+    station.telemetry.station.config.sample_interval = 0.0  # type: ignore[attr-defined]
+    live: list[Any] = [fake_attempt(store, tmp_path, 1, job.id)]
+    station.attempts = live  # type: ignore[assignment]
+    for _ in range(4):  # loading its data, building its model: no kernels yet
+        sample(station, 0.0, 2.0)
+    log = Path(live[0].attempt.log_path)
+    with log.open("ab") as out:
+        out.write(b"progress 1\n")
+    sample(station, 0.0, 2.0)  # read with its first line: taken before it, not counted
+    for done in (2, 3, 4):
+        time.sleep(0.03)
+        with log.open("ab") as out:
+            out.write(f"progress {done}\n".encode())
+        sample(station, 80.0, 85.0)
+    live.clear()
+    station.step()  # it ended: its time alone closes
+    remembered = store.alone_rates()[command_key(store, job.id)]
+    assert (remembered.sm_pct, remembered.sm_runs, remembered.runs) == (pytest.approx(80.0), 1, 1)
+    kept = station.alone[command_key(store, job.id)]
+    assert (kept.sm_pct, kept.sm_runs) == (pytest.approx(80.0), 1)
+    # the kernel-active gap is read from the same samples: 85 % against 80 %
+    (gap,) = [p for p in station.describe(A100) if p.name == "kernel_active_extra"]
+    implied = gap.value * (PRIOR_WEIGHT + 1) - DEFAULT_PARAMS.kernel_active_extra * PRIOR_WEIGHT
+    assert gap.observations == 1 and implied == pytest.approx(0.05)
+
+
+# The H200's probes (2026-12-04): SM share hinted (their life-long average, start-up included)
+# and measured alone in their steady phase, in per cent. The hints add up to 1.46 GPUs, the
+# steady shares to 2.32.
+PROBES = {
+    "heavy": (49.0, 79.0),
+    "medium": (22.0, 33.0),
+    "membw": (26.0, 41.0),
+    "heavy2": (49.0, 79.0),
+}
+RATE_ALONE = 10.0  # DONE per second
+
+
+def shared_interval(
+    store: Store, tmp_path: Path, rate: float, unknown: str | None = None
+) -> StationLearning:
+    """The heavy probe runs under MPS beside the other three at `rate` x its rate alone, until
+    one of them ends. Every command's rate alone and steady SM share are remembered from earlier
+    runs (but `unknown`'s steady SM share: its runs had no SM activity reading); each attempt is
+    placed with its hint."""
+    from gpudesk.core.jobs import JobSpec
+
+    jobs = store.submit([JobSpec(name=n, command=(n,), workdir="/w") for n in PROBES], None)
+    for job, (_, steady) in zip(jobs, PROBES.values(), strict=True):
+        sm = None if job.name == unknown else steady
+        store.record_alone_rate(command_key(store, job.id), RATE_ALONE, sm_pct=sm)
+    station = learning(store)
+    station.min_s = 0.2
+    station.telemetry.station.config.sample_interval = 0.0  # type: ignore[attr-defined]
+    live = [
+        fake_attempt(store, tmp_path, i + 1, job.id, sm_hint=hint)
+        for i, (job, (hint, _)) in enumerate(zip(jobs, PROBES.values(), strict=True))
+    ]
+    station.attempts = list(live)  # type: ignore[assignment]
+    log = Path(live[0].attempt.log_path)
+    with log.open("ab") as out:
+        out.write(b"progress 1\n")
+    started = time.monotonic()  # the step reads the clock first: the line's time
+    station.step()
+    time.sleep(0.4)
+    # DONE grown so that its rate is `rate` x its rate alone at the next step's read
+    done = 1.0 + rate * RATE_ALONE * (time.monotonic() - started)
+    with log.open("ab") as out:
+        out.write(f"progress {done:.6f}\n".encode())
+    station.step()
+    station.attempts = live[:-1]  # type: ignore[assignment]
+    station.step()  # a co-tenant ended: the heavy probe's shared interval closes
+    return station
+
+
+def learned(station: StationLearning) -> dict[str, float]:
+    return {p.name: p.value for p in station.describe(A100)}
+
+
+def test_a_shared_interval_is_read_against_its_tenants_steady_sm_shares_not_their_hints(
+    store: Store, tmp_path: Path
+) -> None:
+    """The GPU shared as the model says, given what the jobs really demand: the heavy probe's
+    rate is the model's fair share of the steady SM shares (2.32 GPUs), less its mechanism
+    costs at their published values. Read so, the interval confirms contention and the
+    co-tenant cost; read against the hints (1.46 GPUs), as before, the same rate said that
+    MPS costs more than the published contention (the H200's learner: 0.228 -> 1.397)."""
+    steady = [workload(s, None, DEFAULT_PARAMS) for _, s in PROBES.values()]
+    rate = predicted_rate(DEFAULT_PARAMS, Observation("mps", steady[0], tuple(steady[1:]), 1.0))
+    station = shared_interval(store, tmp_path, rate)
+    assert station.counts.observations == 1
+    (stored,) = store.model_observations()
+    obs = observation_from_json(stored.observation)
+    assert obs.rate == pytest.approx(rate, rel=0.02)
+    assert [obs.job.sm, *(o.sm for o in obs.others)] == pytest.approx([0.79, 0.33, 0.41, 0.79])
+    now = learned(station)
+    for name in ("contention", "mps_tenant_cost"):
+        assert now[name] == pytest.approx(getattr(DEFAULT_PARAMS, name), abs=0.01), name
+
+    # the same interval with the hints as the workloads (what the engine read before)
+    hinted = [workload(h, None, DEFAULT_PARAMS) for h, _ in PROBES.values()]
+    before = Learner()
+    before.observe(A100, Observation("mps", hinted[0], tuple(hinted[1:]), obs.rate))
+    assert before.params(A100).contention > DEFAULT_PARAMS.contention + 0.2
+
+
+def test_a_shared_interval_beside_a_command_of_unknown_steady_sm_teaches_nothing(
+    store: Store, tmp_path: Path
+) -> None:
+    station = shared_interval(store, tmp_path, 0.3, unknown="membw")
+    assert station.counts.without_measured_sm == 1
+    assert station.counts.observations == 0 and store.model_observations() == []
+    assert learned(station) == learned(learning(store))  # the defaults
+
+
+def test_a_version_19_stores_rates_alone_load_and_learn_steady_sm_shares(tmp_path: Path) -> None:
+    """A store from before steady SM shares were kept (schema 19): its rates alone stay, with
+    no SM share known, and the next run's is folded in."""
+    conn = sqlite3.connect(tmp_path / "db")
+    for script in MIGRATIONS[:19]:
+        conn.executescript(script)
+    conn.execute("PRAGMA user_version = 19")
+    conn.execute("INSERT INTO alone_rates VALUES ('1000:abc', 12.5, 2, 100.0)")
+    conn.commit()
+    conn.close()
+    store = Store.open(tmp_path / "db")
+    assert store.schema_version == len(MIGRATIONS) > 19
+    (old,) = store.alone_rates().values()
+    assert (old.rate, old.runs, old.updated_at, old.sm_pct, old.sm_runs) == (
+        12.5,
+        2,
+        100.0,
+        None,
+        0,
+    )
+    store.record_alone_rate("1000:abc", 15.5, sm_pct=60.0, now=200.0)
+    store.record_alone_rate("1000:abc", 17.0, now=300.0)  # a run without SM activity read
+    store.record_alone_rate("1000:abc", 17.5, sm_pct=70.0, now=400.0)
+    (now,) = store.alone_rates().values()
+    assert (now.rate, now.runs, now.sm_pct, now.sm_runs) == (15.0, 5, 65.0, 2)
+    # the same means the engine keeps as it goes (policy.progress_intervals.alone_rate_after)
+    kept = alone_rate_after(
+        alone_rate_after(alone_rate_after(old, 15.5, 200.0, 60.0), 17.0, 300.0), 17.5, 400.0, 70.0
+    )
+    assert kept == now
     store.close()

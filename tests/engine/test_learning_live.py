@@ -1,6 +1,7 @@
 """Learning on the station, live: real jobs on a SIMULATED GPU print progress lines, the engine
 reads them, and a job slowed by a co-tenant under MPS teaches the model's per-co-tenant cost,
-stored and shown by `gpudesk model show`.
+stored and shown by `gpudesk model show`. Each job's command has run alone before it shares, so
+that its SM share alone (the simulated GPU's SM activity after its first progress line) is known.
 
 The jobs run on the CPU and do not really slow each other: the watched job slows itself down
 (it sleeps twice as long per step) while its co-tenant's flag file exists, so what it shows is
@@ -47,14 +48,17 @@ def test_a_job_slowed_beside_another_teaches_the_model(
     sharer.write_text(SHARER)
     flag = str(tmp_path / "sharing")
     hints = {"gpus": 1, "memory_gb": 2, "sm_pct": 20}
+    sharing = {"name": "sharer", "command": [sys.executable, str(sharer), flag, "3"], **hints}
+    # the sharer's command runs alone first: its SM share alone is then known, which an
+    # interval beside it is read with (beside a command whose share is unknown, none is)
+    (earlier,) = engine.submit(sharing)
+    engine.wait_all_done([earlier], timeout=30)
     (a,) = engine.submit(
         {"name": "watched", "command": [sys.executable, str(watched), flag, "7"], **hints}
     )
     engine.wait_state(a, "running")
-    time.sleep(2.5)  # alone on the GPU: its rate alone
-    (b,) = engine.submit(
-        {"name": "sharer", "command": [sys.executable, str(sharer), flag, "3"], **hints}
-    )
+    time.sleep(2.5)  # alone on the GPU: its rate and SM share alone
+    (b,) = engine.submit({**sharing, "env": {"SHARER_QUIET": "1"}})
     placed = engine.show(b)
     engine.wait_state(b, "running")
     engine.wait_all_done([a, b], timeout=30)

@@ -183,16 +183,20 @@ def test_a_version_18_stores_rates_alone_go_to_the_owners_who_ran_the_command(
 ) -> None:
     # schema 19: a rate alone is read against by its owner's later runs only; a store of 18
     # kept them by command, and gives each to the owners of the jobs that ran it
-    store = Store.open(tmp_path / "db")
-    (hers,) = store.submit([spec("0.1")], owner=ADA)
-    store.close()
     conn = sqlite3.connect(tmp_path / "db")
+    for script in MIGRATIONS[:18]:
+        conn.executescript(script)
+    conn.execute("PRAGMA user_version = 18")
+    conn.execute(
+        "INSERT INTO jobs (name, spec, state, priority, submitted_at, attempts, owner_uid) "
+        "VALUES ('s', ?, 'queued', 0, 1.0, 0, ?)",
+        (json.dumps(spec("0.1").to_dict()), ADA.uid),
+    )
     theirs, nobodys = signature(command("0.1"), SHARED), signature(("other",), None)
     conn.executemany(
         "INSERT INTO alone_rates (signature, rate, runs, updated_at) VALUES (?, ?, ?, ?)",
         [(theirs, 12.5, 2, 1.0), (nobodys, 3.0, 1, 1.0)],
     )
-    conn.execute("PRAGMA user_version = 18")
     conn.commit()
     conn.close()
     store = Store.open(tmp_path / "db")
@@ -203,5 +207,6 @@ def test_a_version_18_stores_rates_alone_go_to_the_owners_who_ran_the_command(
         12.5,
         2,
     )
+    (hers,) = store.jobs()
     assert hers.owner.uid == ADA.uid
     store.close()

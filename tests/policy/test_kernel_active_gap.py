@@ -86,23 +86,28 @@ def test_an_alone_reading_goes_over_the_wire_and_into_the_store_unchanged() -> N
 
 
 def test_telemetry_alone_makes_one_reading_from_enough_samples() -> None:
-    work = Workload(0.3, 0.15)  # what placement assumed: its SM share is not the reading's
     activity = AloneActivity()
     for i in range(MIN_ACTIVITY_SAMPLES - 1):
         activity.add(float(i), 0.40, 0.50)
-    assert activity.observation(work, min_s=1.0) is None  # too few samples
+    assert activity.observation(DEFAULT_PARAMS, min_s=1.0) is None  # too few samples
+    assert activity.sm_pct is None
     activity.add(1.0, 0.99, 0.99)  # the same sample read again: not counted twice
     assert activity.samples == MIN_ACTIVITY_SAMPLES - 1
     activity.add(2.0, 0.40, 0.56)
-    obs = activity.observation(work, min_s=2.0)
+    assert activity.sm_pct == pytest.approx(40.0)  # the command's steady SM share
+    obs = activity.observation(DEFAULT_PARAMS, min_s=2.0)
     assert obs is not None and obs.mechanism == "exclusive" and obs.others == ()
-    assert obs.job == Workload(pytest.approx(0.40), 0.15)
+    # the SM share measured, its bandwidth from it (as for any workload without a figure)
+    assert obs.job == Workload(
+        pytest.approx(0.40), pytest.approx(0.40 * DEFAULT_PARAMS.membw_per_sm)
+    )
     assert obs.kernel_active == pytest.approx(0.52)
-    assert activity.observation(work, min_s=2.5) is None  # not long enough
+    assert activity.observation(DEFAULT_PARAMS, min_s=2.5) is None  # not long enough
     busy = AloneActivity()
     for i in range(5):
         busy.add(float(i), 0.95, 1.0)
-    assert busy.observation(work, min_s=1.0) is None  # always kernel-active: cut off
+    assert busy.observation(DEFAULT_PARAMS, min_s=1.0) is None  # always kernel-active: cut off
+    assert busy.sm_pct == pytest.approx(95.0)  # its steady SM share is read all the same
 
 
 def test_a_calibrations_alone_probes_tell_the_engine_what_its_fit_measured() -> None:

@@ -1,10 +1,21 @@
 """Learning on the station, the pure parts beside the intervals (policy/progress_intervals.py):
-a MIG slice's size from a telemetry sample, and a command's rate alone over its runs (the same
-mean the store keeps: tests/engine/test_learning.py)."""
+a MIG slice's size from a telemetry sample, a command's rate and steady SM share alone over its
+runs (the same means the store keeps: tests/engine/test_learning.py), and what a shared
+interval tells the learner given its tenants' steady SM shares."""
 
 from __future__ import annotations
 
-from gpudesk.policy.progress_intervals import AloneRate, alone_rate_after, slice_size
+import pytest
+
+from gpudesk.policy.interference import DEFAULT_PARAMS, Observation, Workload
+from gpudesk.policy.progress_intervals import (
+    AloneRate,
+    CoTenant,
+    Interval,
+    Tenancy,
+    alone_rate_after,
+    slice_size,
+)
 
 SAMPLE = {
     "gpus": [
@@ -29,3 +40,31 @@ def test_a_commands_rate_alone_is_the_mean_over_its_runs() -> None:
     first = alone_rate_after(None, 10.0, 5.0)
     assert first == AloneRate(10.0, 1, 5.0)
     assert alone_rate_after(first, 20.0, 6.0) == AloneRate(15.0, 2, 6.0)
+
+
+def test_a_commands_steady_sm_share_is_the_mean_over_the_runs_that_read_it() -> None:
+    first = alone_rate_after(None, 10.0, 5.0, 60.0)
+    assert first == AloneRate(10.0, 1, 5.0, 60.0, 1)
+    unread = alone_rate_after(first, 20.0, 6.0)  # no SM activity reading in this run
+    assert unread == AloneRate(15.0, 2, 6.0, 60.0, 1)
+    assert alone_rate_after(unread, 30.0, 7.0, 80.0) == AloneRate(20.0, 3, 7.0, 70.0, 2)
+    assert alone_rate_after(None, 10.0, 5.0) == AloneRate(10.0, 1, 5.0, None, 0)
+
+
+def test_a_shared_interval_is_read_with_its_tenants_steady_sm_shares_or_not_at_all() -> None:
+    shared = Interval(Tenancy(0, "mps", None, (CoTenant(2, 12), CoTenant(3, 13))), 100.0, 300.0)
+    obs = shared.observation(5.0, [79.0, 33.0, 41.0], DEFAULT_PARAMS)
+    assert obs == Observation(
+        "mps",
+        Workload(0.79, pytest.approx(0.395)),
+        (Workload(0.33, pytest.approx(0.165)), Workload(0.41, pytest.approx(0.205))),
+        pytest.approx(0.6),
+    )
+    # any tenant's unknown: the interval says nothing (its hint would stand in)
+    assert shared.observation(5.0, [79.0, None, 41.0], DEFAULT_PARAMS) is None
+    assert shared.observation(5.0, [None, 33.0, 41.0], DEFAULT_PARAMS) is None
+    # on a MIG slice the job is the only tenant
+    mig = Interval(Tenancy(0, "mig", "MIG-a", (), 3, 4), 100.0, 300.0)
+    assert mig.observation(5.0, [None], DEFAULT_PARAMS) is None
+    sliced = mig.observation(5.0, [40.0], DEFAULT_PARAMS)
+    assert sliced is not None and (sliced.job.sm, sliced.compute_slices) == (0.4, 3)

@@ -1,6 +1,6 @@
 """The interference model's learning in the store: the observations the learner refits from
 (the newest per GPU model), the totals a store from before the refit kept instead, and each
-command's progress rate alone on a GPU (by command signature)."""
+command's progress rate and steady SM share alone on a GPU (by its owner and signature)."""
 
 from __future__ import annotations
 
@@ -105,24 +105,31 @@ class ModelParamTables(StoreConnection):
             )
 
     def alone_rates(self) -> dict[str, AloneRate]:
-        """Command signature -> its progress rate alone, over its runs."""
+        """Command key -> its progress rate and steady SM share alone, over its runs."""
         return {
             str(row["signature"]): AloneRate(
-                float(row["rate"]), int(row["runs"]), float(row["updated_at"])
+                float(row["rate"]),
+                int(row["runs"]),
+                float(row["updated_at"]),
+                None if row["sm_pct"] is None else float(row["sm_pct"]),
+                int(row["sm_runs"]),
             )
-            for row in self._conn.execute(
-                "SELECT signature, rate, runs, updated_at FROM alone_rates"
-            )
+            for row in self._conn.execute("SELECT * FROM alone_rates")
         }
 
-    def record_alone_rate(self, signature: str, rate: float, now: float | None = None) -> None:
-        """Fold one run's rate alone into the command's mean."""
+    def record_alone_rate(
+        self, signature: str, rate: float, sm_pct: float | None = None, now: float | None = None
+    ) -> None:
+        """Fold one run's rate alone, and its steady SM share where read, into the command's
+        means (`progress_intervals.alone_rate_after`)."""
         now = time.time() if now is None else now
         with self.transaction() as conn:
             conn.execute(
-                "INSERT INTO alone_rates (signature, rate, runs, updated_at) "
-                "VALUES (?, ?, 1, ?) ON CONFLICT (signature) DO UPDATE SET "
+                "INSERT INTO alone_rates (signature, rate, runs, updated_at, sm_pct, sm_runs) "
+                "VALUES (?1, ?2, 1, ?3, ?4, ?4 IS NOT NULL) ON CONFLICT (signature) DO UPDATE SET "
                 "rate = (rate * runs + excluded.rate) / (runs + 1), "
-                "runs = runs + 1, updated_at = excluded.updated_at",
-                (signature, rate, now),
+                "runs = runs + 1, updated_at = excluded.updated_at, "
+                "sm_pct = COALESCE((IFNULL(sm_pct, 0) * sm_runs + ?4) / (sm_runs + 1), sm_pct), "
+                "sm_runs = sm_runs + excluded.sm_runs",
+                (signature, rate, now, sm_pct),
             )

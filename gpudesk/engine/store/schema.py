@@ -319,6 +319,13 @@ MIGRATIONS: tuple[str, ...] = (
     """
     -- the rows are re-keyed by store/family_backfill.py's rekey_by_owner
     """,
+    # 20: beside a command's rate alone, its steady SM share alone (%, a mean over `sm_runs`):
+    # its GPU's SM activity after its first progress line. A shared interval teaches the model
+    # only where every tenant's is known (policy/progress_intervals.py says why); older: NULL.
+    """
+    ALTER TABLE alone_rates ADD COLUMN sm_pct REAL;
+    ALTER TABLE alone_rates ADD COLUMN sm_runs INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
