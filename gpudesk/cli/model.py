@@ -108,7 +108,8 @@ def show_text(result: ModelShowResult) -> str:
         f"Learned from progress lines (`progress DONE[/TOTAL]`) over intervals of at least "
         f"{result.observe_min_s:g} s with the same co-tenants, and the kernel-active gap from "
         f"telemetry while a job is alone; {result.commands_with_rate_alone} command(s) have a "
-        f"known rate alone.",
+        f"known rate alone. A shared interval teaches only where every job in it has run alone "
+        f"before (its command's SM share alone, read after its first progress line, is known).",
     )
     for note in notes:
         lines += ["", textwrap.fill(note, width=96, break_on_hyphens=False)]
