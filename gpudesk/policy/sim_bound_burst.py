@@ -9,13 +9,15 @@ arriving at or after a time a, and a horizon H. Under the model's rates (`rates.
 `rates.mig_rate`: the truth `sim_rates.true_rates` plays):
 
 - **a whole GPU** does at most T* = max over n of (n tenants of the class × their rate), under MPS
-  or time-slicing, or 1 alone, seconds of exclusive work per second: other tenants (of the
-  class or not), more of them, a thread cap or a start-up delay only lower each one's rate, and
-  each rate is at most 1. So it finishes k of these jobs within [a, a + H] only if the k
-  smallest need at most T*·H, and each at most H;
-- **a MIG slice** of a layout as given runs one job at a time, at `mig_rate` for its profile,
-  and finishes there only a job whose peak memory it holds (a larger one dies of OOM): k jobs
-  within H only if the k smallest that fit, each at that rate, take at most H in a row.
+  or time-slicing, or 1 alone, seconds of exclusive steady work per second: other tenants (of
+  the class or not), more of them, a thread cap or a start-up delay only lower each one's rate,
+  each rate is at most 1, and a job in its start-up (the trace's `startup_s`) takes no share and
+  does no steady work. So it finishes k of these jobs within [a, a + H] only if the k smallest
+  steady works add up to at most T*·H, and each job's run time alone is at most H;
+- **a MIG slice** of a layout as given runs one job at a time, its start-up at wall-clock speed
+  and its steady work at `mig_rate` for its profile, and finishes there only a job whose peak
+  memory it holds (a larger one dies of OOM): k jobs within H only if the k smallest that fit,
+  each so, take at most H in a row.
 
 No job of them starts before a. If the resources' k, each counted on the smallest jobs (which
 counts some jobs twice and only loosens the bound), add up to fewer than the jobs, no schedule
@@ -111,12 +113,13 @@ def _term(
 ) -> BurstTerm:
     """The bound for these jobs (of workload `load`, arriving from counted[0]'s arrival), a
     whole GPU doing at most `top` of their work a second."""
-    works = sorted(j.exclusive_s for j in counted)
-    total = list(itertools.accumulate(works))
+    works = sorted(j.exclusive_s for j in counted)  # each job's least time, start-up included
+    # what a whole GPU must do of them: their steady work (a start-up takes no share of it)
+    total = list(itertools.accumulate(sorted(j.steady_s for j in counted)))
     rated = [(mig_rate(params, load, p.compute, p.memory), p.memory_mib) for p in slices]
     in_row = []  # per slice: the running sums of the fitting jobs' times there, smallest first
     for rate, memory_mib in rated:
-        fits = sorted(j.exclusive_s / rate for j in counted if j.peak_memory_mib <= memory_mib)
+        fits = sorted(_on_slice(j, rate) for j in counted if j.peak_memory_mib <= memory_mib)
         in_row.append(list(itertools.accumulate(fits)))
 
     def finished(horizon: float) -> int:
@@ -130,10 +133,10 @@ def _term(
     # at least what any set of its jobs within the horizon holds). A job no slice holds is one
     # the station cannot run, left out before: were one here, there would be no bound.
     if whole_gpus:
-        high = total[-1]
+        high = sum(works)
     else:
         high = sum(
-            min((j.exclusive_s / r for r, m in rated if j.peak_memory_mib <= m), default=math.inf)
+            min((_on_slice(j, r) for r, m in rated if j.peak_memory_mib <= m), default=math.inf)
             for j in counted
         )
         if math.isinf(high):
@@ -144,6 +147,12 @@ def _term(
         low, high = (low, middle) if finished(middle) >= len(counted) else (middle, high)
     arrival = counted[0].arrival_s
     return BurstTerm(arrival + low, arrival, len(counted), top)
+
+
+def _on_slice(job: TraceJob, rate: float) -> float:
+    """How long the job holds a slice where it runs at `rate`: its start-up at wall-clock
+    speed, then its steady work (a slice runs one job at a time)."""
+    return job.startup_s + job.steady_s / rate
 
 
 def slices_of(

@@ -4,7 +4,8 @@ GPU can deliver taken from the model's own rates for every mix of those kinds.
 
 The jobs of a trace fall into a few classes: single-GPU jobs by their workload (SM and
 bandwidth share alone), and multi-GPU jobs as one more. Give each class c a weight λ_c per
-second of its exclusive work (a multi-GPU job's counted once per GPU). What one GPU delivers
+second of its steady exclusive work (a multi-GPU job's counted once per GPU; a job's start-up,
+`startup_s`, takes no share of a GPU and is left out). What one GPU delivers
 per second, Σ λ_c × (its class-c tenants' rates), is at most θ_t(λ) for a GPU of type t:
 
 - a whole GPU: the most over every mix x of single-GPU tenants (x_c of class c, no more than the
@@ -68,8 +69,9 @@ class ClassTerm:
     class_of: Mapping[int, int] = field(default_factory=dict)
 
     def work(self, job: TraceJob, weights: Sequence[float]) -> float:
-        """The job's weighted work at these weights (a multi-GPU job's once per GPU)."""
-        return weights[self.class_of[job.id]] * job.exclusive_s * job.gpus
+        """The job's weighted work at these weights (a multi-GPU job's once per GPU): its
+        steady work, as its start-up takes no share of a GPU."""
+        return weights[self.class_of[job.id]] * job.steady_s * job.gpus
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,7 @@ def class_term(
     work = np.zeros((len(ordered), k))
     for row, j in enumerate(ordered):
         column = k - 1 if j.gpus > 1 else index[_load(j, params)]
-        work[row, column] = j.exclusive_s * j.gpus
+        work[row, column] = j.steady_s * j.gpus  # its start-up takes no share of a GPU
     # the class work arriving at or after each job's arrival (counted from the first of a time)
     suffix = np.cumsum(work[::-1], axis=0)[::-1]
     starts = [

@@ -7,14 +7,15 @@ GPU carved into MIG slices for free).
 
 - **Arrival term**: max over jobs of (arrival + its run time alone). No rate exceeds 1.0 (the
   model never makes a job faster than alone), so no job ends sooner than that.
-- **Fluid term**: give each job a weight per second of its exclusive work, λ = α·sm + β (its SM
-  share alone, and a constant). Whatever runs on one GPU at one moment delivers weighted work at
-  most θ(α, β) per second, the best the model's rates allow (`_best_throughput`; the proof of each
-  case is in docs/simulator.md). No work is done before a job arrives, so for every arrival time a:
-  makespan ≥ a + Σ (weighted work of the jobs arriving at or after a) ÷ (GPUs × θ). Every choice
-  of (α, β) gives a true bound; the term is the largest over a fixed grid of choices, which
-  spans "SM work over the SMs" (β = 0) to "jobs' work over the most job-seconds a GPU can do at
-  once" (α = 0).
+- **Fluid term**: give each job a weight per second of its steady exclusive work (its run time
+  alone past its start-up, `startup_s`: a start-up takes no share of a GPU, so it is left out),
+  λ = α·sm + β (its SM share alone, and a constant). Whatever runs on one GPU at one moment
+  delivers weighted work at most θ(α, β) per second, the best the model's rates allow
+  (`_best_throughput`; the proof of each case is in docs/simulator.md). No work is done before a
+  job arrives, so for every arrival time a: makespan ≥ a + Σ (weighted work of the jobs
+  arriving at or after a) ÷ (GPUs × θ). Every choice of (α, β) gives a true bound; the term is
+  the largest over a fixed grid of choices, which spans "SM work over the SMs" (β = 0) to "jobs'
+  work over the most job-seconds a GPU can do at once" (α = 0).
 - **Class term** (sim_bound_classes): the fluid term with a weight per kind of job, and what a
   GPU delivers from the model's rates for every mix of those kinds.
 - **Burst term** (sim_bound_burst): the last jobs, where they are one program (a sweep's burst),
@@ -25,13 +26,16 @@ time is at least that: the bound issue 39's targets are stated against); and `me
 which also counts the queueing no schedule avoids. Mean JCT = (1/n) ∫ N(t) dt, N(t) the jobs
 arrived and not finished at t, and at every instant N(t) is at least each of:
 
-- the jobs whose run time alone has not passed since they arrived (none ends sooner);
+- the jobs whose run time alone (start-up included) has not passed since they arrived (none
+  ends sooner);
 - for each weight (α, β) of the fluid term, the jobs a single server of the station's whole
   weighted capacity Σ θ would hold at t under shortest-remaining-work-first: any schedule on the
   station is one such server's schedule (its weighted work per second is at most Σ θ, none done
   before a job arrives), and on one server SRPT has the fewest jobs in the system at every
   instant of any schedule, fractional sharing included (Schrage 1968; Smith 1978, "A new proof
   of the optimality of the shortest remaining processing time discipline", Oper. Res. 26(1)).
+  Each job's work there is its steady work: a schedule's start-ups, which take none of the
+  station's capacity, only delay it further.
 
 - for each weight per kind of job the class term found (sim_bound_classes), the jobs one
   server of the station's capacity at that weight would hold under SRPT, for a run of the
@@ -226,7 +230,8 @@ def lower_bound(
         )
         if capacity <= 0:
             continue  # (a MIG layout with no slices does no work; another weight bounds it)
-        work = [j.exclusive_s * j.gpus * (alpha * sm[j.id] + beta) for j in by_arrival]
+        # steady work only: a start-up takes no share of a GPU (docs/simulator.md)
+        work = [j.steady_s * j.gpus * (alpha * sm[j.id] + beta) for j in by_arrival]
         departures.append(_srpt_departures([j.arrival_s for j in by_arrival], work, capacity))
         remaining = 0.0  # weighted work of the jobs arriving at or after job i
         for i in range(len(by_arrival) - 1, -1, -1):

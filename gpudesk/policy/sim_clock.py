@@ -25,7 +25,7 @@ def next_event_at(sim: Simulation, rates: dict[int, float]) -> float | None:
         if r.blocked_until > sim.now:
             candidates.append(r.blocked_until)
             continue
-        candidates.append(sim.now + (r.job.exclusive_s - r.work_done) / rates[r.job.id])
+        candidates.append(sim.now + (r.job.steady_s - r.work_done) / rates[r.job.id])
         if r.peak_at > sim.now:
             candidates.append(r.peak_at)
         elif r.peak_at + PEAK_SETTLED_S > sim.now:

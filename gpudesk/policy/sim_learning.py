@@ -2,8 +2,10 @@
 running job's run is cut into segments, stretches under one set of co-tenants (its mode, its MIG
 slice, who shares its GPU, whether any of them is held up); when a segment of at least
 `OBSERVE_AFTER_S` ends, its rate is an observation: on a MIG slice or among co-tenants, each
-job's workload as the engine knows it (its hints, completed by the current parameters); alone on
-a whole GPU, its SM activity and kernel-active time, which measure the kernel-active gap.
+job's workload as the engine knows it (its hints, `hint_sm_pct` where the trace gives one,
+completed by the current parameters); alone on a whole GPU, its SM activity and kernel-active
+time, which measure the kernel-active gap. Only steady phases teach: a stretch in which the job
+or a tenant of its GPU is held (its start-up, a checkpoint's restore or save) is none.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def close_segment(sim: Simulation, run: SimRun) -> None:
         return
     # What the engine knows of each job: its hints, completed by its current parameters.
     params = sim.learner.params(sim.model.name)
-    job = job_workload(run, params)
+    job = job_workload(run, params, told=True)
     by_id = {r.job.id: r for r in sim.running}
     if mode == "mig":
         mig = slice_of(sim, run)
@@ -73,7 +75,10 @@ def close_segment(sim: Simulation, run: SimRun) -> None:
         if any(o not in by_id for o in others):
             return
         obs = Observation(
-            mode, job, tuple(job_workload(by_id[o], params) for o in others), segment.rate
+            mode,
+            job,
+            tuple(job_workload(by_id[o], params, told=True) for o in others),
+            segment.rate,
         )
     sim.learner.observe(sim.model.name, obs, at=sim.now)
     sim.observations += 1

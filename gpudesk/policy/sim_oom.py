@@ -23,10 +23,10 @@ MAX_RAMP_S = 600.0  # at least a minute and at most ten
 
 
 def peak_at(run: SimRun) -> float:
-    """When an attempt that starts progressing at `run.blocked_until` reaches its peak memory."""
-    return run.blocked_until + min(
-        MAX_RAMP_S, max(RAMP_S, 0.1 * run.job.exclusive_s), run.job.exclusive_s / 2
-    )
+    """When an attempt that starts progressing at `run.blocked_until` (past its start-up and any
+    restore) reaches its peak memory: its first epoch of steady work."""
+    steady_s = run.job.steady_s
+    return run.blocked_until + min(MAX_RAMP_S, max(RAMP_S, 0.1 * steady_s), steady_s / 2)
 
 
 def crash_out_of_memory(sim: Simulation) -> None:

@@ -68,7 +68,7 @@ def preempt_if_due(sim: Simulation) -> None:
         if run.leaves_at is not None:
             continue
         rate = rates.get(run.job.id, 0.0)
-        left = (run.job.exclusive_s - run.work_done) / rate if rate > 0 else None
+        left = (run.job.steady_s - run.work_done) / rate if rate > 0 else None
         running.append(
             preemption.Preemptible(
                 run.job.id,

@@ -48,8 +48,10 @@ class SimRun:
     # while running
     placement: Placement | None = None
     started_at: float = 0.0
-    blocked_until: float = 0.0  # its GPU is being re-carved until then
-    work_done: float = 0.0  # seconds of exclusive-speed work
+    # until then it makes no steady progress and takes no share of its GPU: its start-up, a
+    # checkpoint's restore, a checkpoint's save (sim_preemption)
+    blocked_until: float = 0.0
+    work_done: float = 0.0  # seconds of exclusive-speed steady work (past its start-ups)
     limit_mib: float | None = None  # the memory it may use (MPS limit, MIG slice)
     peak_at: float = 0.0  # when it reaches its peak memory
     segment: Segment | None = None
@@ -82,12 +84,12 @@ def new_run(job: TraceJob, estimator: str) -> SimRun:
         command=("simulated", str(job.id)),
         gpus=job.gpus,
         memory_gb=memory_gb,
-        sm_pct=job.sm_pct,
+        sm_pct=job.told_sm_pct,  # its hint: the truth's `sm_pct` is the simulated GPU's
         priority=job.priority,
         preemptible=job.preemptible,
     )
     record = JobRecord.queued(job.id, spec, job.arrival_s)
-    demand = Demand(max(guess, 1.0), job.sm_pct, source, membw_pct=job.membw_pct)
+    demand = Demand(max(guess, 1.0), job.told_sm_pct, source, membw_pct=job.membw_pct)
     return SimRun(job, record, demand, job.arrival_s)
 
 

@@ -35,7 +35,7 @@ def _remaining(sim: Simulation, run: SimRun) -> Remaining:
     its family's finished runs, else unknown."""
     typical, elapsed = sim.family_times.expected_s(run), sim.now - run.started_at
     if run.job.progress and run.segment is not None and run.segment.rate > 0.0:
-        left = max(0.0, run.job.exclusive_s - run.work_done) / run.segment.rate
+        left = max(0.0, run.job.steady_s - run.work_done) / run.segment.rate
         return Remaining(left, "progress", typical_s=typical, elapsed_s=elapsed)
     return estimate(None, typical, elapsed)
 
@@ -67,7 +67,7 @@ def station_view(sim: Simulation) -> StationView:
                     t.job.id,
                     t.placed.mode,
                     reserved,
-                    t.job.sm_pct,
+                    t.job.told_sm_pct,  # its hint, as the engine has it
                     t.placed.mig_slice,
                     membw_pct=t.job.membw_pct,
                     thread_pct=t.placed.mps_thread_pct,

@@ -238,7 +238,7 @@ class Simulation:
     def _finish_and_crash(self) -> None:
         leave_due(self)
         for run in list(self.running):
-            if run.work_done >= run.job.exclusive_s - 1e-6:
+            if run.work_done >= run.job.steady_s - 1e-6:
                 self.stop(run)
                 run.finished_at = self.now
                 self.family_times.finished(run, self.now - run.started_at)
@@ -331,8 +331,11 @@ class Simulation:
         self.queue.remove(run)
         self.overtaken.pop(run.record.id, None)
         run.placement, run.started_at, run.attempts = placement, self.now, run.attempts + 1
-        # a resumed job restores its checkpoint first (sim_preemption)
-        run.blocked_until, run.restore_s = self.now + run.restore_s, 0.0
+        # Each attempt starts up again (the trace's `startup_s`: no share of the GPU, at
+        # wall-clock speed), then a resumed job restores its checkpoint (sim_preemption): no
+        # steady work is done, and none slows its tenants, until both are over.
+        run.blocked_until = self.now + run.job.startup_s + run.restore_s
+        run.restore_s = 0.0
         if run.first_start is None:
             run.first_start = self.now
         run.peak_at = peak_at(run)  # sim_oom

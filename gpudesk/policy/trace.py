@@ -65,6 +65,7 @@ CHECK_EXCLUSIVE_MINUTES = number_in(0.0, MAX_TRACE_SECONDS / 60, lo_open=True, o
 CHECK_TRACE_MB = number_in(0.0, MAX_MEMORY_GB * MIB_PER_GB, optional=False)  # as `submit --mem`
 CHECK_TRACE_PERCENT = number_in(0.0, 100.0, optional=False)
 CHECK_CHECKPOINT_S = number_in(0.0, MAX_PREEMPT_GRACE_S, optional=False)  # within its grace
+CHECK_STARTUP_S = number_in(0.0, MAX_TRACE_SECONDS, optional=False)  # and below its time alone
 # What a job must give, as a missing one is said
 REQUIRED_FIELDS = {
     "arrival_s": "seconds from the trace's start",
@@ -101,6 +102,23 @@ class TraceJob:
     # It prints `progress DONE/TOTAL` lines (docs/interference.md): the engine then knows its
     # remaining time from them (policy/remaining.py); without, from its family's history.
     progress: bool = False
+    # Phases (docs/simulator.md "Start-up"): each attempt's first `startup_s` seconds (Python,
+    # imports, a CUDA context) take no share of the GPU and run at wall-clock speed; the rest,
+    # `steady_s`, is its steady work, which sharing slows, at `sm_pct`.
+    startup_s: float = 0.0
+    # What the policy is told of its SM share (its `sm_pct` hint), where it is not the truth
+    # `sm_pct` the simulated GPU runs (None: the same): e.g. a life average, start-up included.
+    hint_sm_pct: float | None = None
+
+    @property
+    def steady_s(self) -> float:
+        """Its run time alone past its start-up: the work sharing slows."""
+        return self.exclusive_s - self.startup_s
+
+    @property
+    def told_sm_pct(self) -> float:
+        """Its SM share as the policy and the engine's learner are told it (its hint)."""
+        return self.sm_pct if self.hint_sm_pct is None else self.hint_sm_pct
 
 
 @dataclass(frozen=True)
@@ -128,7 +146,14 @@ class _BadField(ValueError):
 _T = TypeVar("_T")
 _REQUIRED: Any = object()  # `_field`'s default for a field the job must give
 _NULL_IS_ABSENT = frozenset(  # fields whose null means "not given", as their absence does
-    {"sm_pct", "membw_pct", "model", "task", *(f"estimate_{e}_mb" for e in GUESSING_ESTIMATORS)}
+    {
+        "sm_pct",
+        "hint_sm_pct",
+        "membw_pct",
+        "model",
+        "task",
+        *(f"estimate_{e}_mb" for e in GUESSING_ESTIMATORS),
+    }
 )
 
 
@@ -230,12 +255,16 @@ def _job(raw: Mapping[str, Any], i: int, job_id: int) -> TraceJob:
     sm_pct = _field(raw, "sm_pct", CHECK_TRACE_PERCENT, None)
     if sm_pct is None:  # the job's class's share (or its model's published one)
         sm_pct = SM_BY_MODEL.get(model, SM_BY_CLASS.get(cls, 50.0))
+    # (checked in this order: a job with several bad fields is told of the first)
+    arrival_s = _number(raw, "arrival_s", CHECK_ARRIVAL_S)
+    gpus = _field(raw, "gpus", CHECK_TRACE_GPUS, 1)
+    exclusive_s = _number(raw, "exclusive_minutes", CHECK_EXCLUSIVE_MINUTES) * 60.0
     return TraceJob(
         id=job_id,
         name=task or model or f"job{i + 1}",
-        arrival_s=_number(raw, "arrival_s", CHECK_ARRIVAL_S),
-        gpus=_field(raw, "gpus", CHECK_TRACE_GPUS, 1),
-        exclusive_s=_number(raw, "exclusive_minutes", CHECK_EXCLUSIVE_MINUTES) * 60.0,
+        arrival_s=arrival_s,
+        gpus=gpus,
+        exclusive_s=exclusive_s,
         peak_memory_mib=_number(raw, "peak_memory_mb", CHECK_TRACE_MB),
         sm_pct=sm_pct,
         job_class=cls,
@@ -250,7 +279,21 @@ def _job(raw: Mapping[str, Any], i: int, job_id: int) -> TraceJob:
         preemptible=_field(raw, "preemptible", check_bool, False),
         checkpoint_s=_number(raw, "checkpoint_s", CHECK_CHECKPOINT_S, 0.0),
         progress=_field(raw, "progress", check_bool, False),
+        startup_s=_startup_s(raw, exclusive_s),
+        hint_sm_pct=_field(raw, "hint_sm_pct", CHECK_TRACE_PERCENT, None),
     )
+
+
+def _startup_s(raw: Mapping[str, Any], exclusive_s: float) -> float:
+    """A job's `startup_s`: 0 where not given; at least 0 and below its run time alone (a
+    start-up is part of that run, and a job all start-up would have no work to share)."""
+    startup_s = _number(raw, "startup_s", CHECK_STARTUP_S, 0.0)
+    if startup_s >= exclusive_s:
+        raise _BadField(
+            f"startup_s: expected less than the job's run time alone ({exclusive_s:g} s: "
+            f"exclusive_minutes x 60), found {raw['startup_s']}"
+        )
+    return startup_s
 
 
 def missing_estimates(trace: Trace, estimator: str) -> int:
