@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
-from gpudesk.policy.trace import load_trace
+from gpudesk.policy.trace import load_trace, load_truth
 from gpudesk.profile import load_profile
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -160,3 +161,59 @@ def test_the_recorded_learning_day_replays_its_intervals_fed_hints_and_fed_stead
     hinted, _ = replay.replay(found, per_job, "hints")
     steady, _ = replay.replay(found, per_job, "steady")
     assert hinted.contention > 1.0 > 0.228 > steady.contention
+
+
+PROBES_DAY = BENCH / "results" / "h200-2026-12-04b"
+
+
+def _loaded(tmp_path: Path, trace: dict[str, object]) -> dict[str, object]:
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(trace))
+    return {job.name: job for job in load_trace(path).jobs}
+
+
+def test_a_probes_days_phases_are_its_sizings_start_up_and_steady_share(tmp_path: Path) -> None:
+    """`gpu_day_sim.py --phases`: each job's start-up is its kind's measured alone, its truth the
+    kind's steady share (100 x busy_share: heavy 78.68 %) and its hint the life average the
+    engine saw (heavy 52.9 %), on a day without an exclusive run (times alone from the sizing)
+    and on one with it (times alone as it measured them)."""
+    sim = load("gpu_day_sim")
+    for run in ("run1", "run2"):
+        recorded = json.loads((PROBES_DAY / run / "hardware_truth.json").read_text())
+        sizing = recorded["checks"]["day"]["sizing"]
+        plain = _loaded(tmp_path, sim.day_trace(recorded))
+        phased = _loaded(tmp_path, sim.day_trace(recorded, phases=True))
+        assert sorted(phased) == sorted(plain) and len(phased) == 8
+        for name, job in phased.items():
+            kind = sizing["kinds"][name.split("-")[0]]
+            assert job.startup_s == kind["start_up_s"] > 0, (run, name)
+            assert job.sm_pct == round(100 * kind["busy_share"], 2), (run, name)
+            assert job.told_sm_pct == plain[name].sm_pct < job.sm_pct, (run, name)
+            assert job.exclusive_s == plain[name].exclusive_s, (run, name)
+    assert phased["heavy-0"].sm_pct == 79.27 and phased["heavy-0"].told_sm_pct == 49.3  # run2
+
+
+def test_phases_of_a_day_without_a_probes_sizing_are_refused_in_one_line() -> None:
+    """The 2026-12-04 digits day measured no start-up or steady share: exit 2, saying so."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "gpu_day_sim.py"), str(RECORDED), "--phases"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (
+        "gpu_day_sim.py: error: --phases: the day's sizing has no start-up and steady share for "
+        "job heavy-0: a probes day (bench/gpu_day.py --day probes) measures them"
+    )
+
+
+def test_the_learned_steady_truth_is_what_the_replay_learns() -> None:
+    """bench/results/h200-2026-12-04b/learned_steady_truth.json, gpu_day_sim's truth row
+    "learned, fed steady shares", is learner_replay's "fed steady" column, rounded."""
+    sim, replay = load("gpu_day_sim"), load("learner_replay")
+    recorded = json.loads((PROBES_DAY / "run2" / "hardware_truth.json").read_text())
+    steady, _ = replay.replay(replay.intervals(recorded), replay.shares(recorded), "steady")
+    truth = load_truth(sim.LEARNED_STEADY)
+    for name in ("contention", "mps_tenant_cost", "naive_switch_cost"):
+        assert getattr(truth, name) == round(getattr(steady, name), 3), name
