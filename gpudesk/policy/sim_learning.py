@@ -2,10 +2,12 @@
 running job's run is cut into segments, stretches under one set of co-tenants (its mode, its MIG
 slice, who shares its GPU, whether any of them is held up); when a segment of at least
 `OBSERVE_AFTER_S` ends, its rate is an observation: on a MIG slice or among co-tenants, each
-job's workload as the engine knows it (its hints, `hint_sm_pct` where the trace gives one,
-completed by the current parameters); alone on a whole GPU, its SM activity and kernel-active
-time, which measure the kernel-active gap. Only steady phases teach: a stretch in which the job
-or a tenant of its GPU is held (its start-up, a checkpoint's restore or save) is none.
+job's workload as the engine measures it, its steady SM share (the trace's `sm_pct`, never the
+`hint_sm_pct` the policy is told: the engine reads each command's share alone after its first
+progress line, gpudesk.engine.learning), completed by the current parameters; alone on a whole
+GPU, its SM activity and kernel-active time, which measure the kernel-active gap. Only steady
+phases teach: a stretch in which the job or a tenant of its GPU is held (its start-up, a
+checkpoint's restore or save) is none.
 """
 
 from __future__ import annotations
@@ -61,9 +63,10 @@ def close_segment(sim: Simulation, run: SimRun) -> None:
         return
     if mode == "exclusive":
         return
-    # What the engine knows of each job: its hints, completed by its current parameters.
+    # What the engine measures of each job (its steady SM share, not its hint), completed by
+    # the current parameters.
     params = sim.learner.params(sim.model.name)
-    job = job_workload(run, params, told=True)
+    job = job_workload(run, params)
     by_id = {r.job.id: r for r in sim.running}
     if mode == "mig":
         mig = slice_of(sim, run)
@@ -77,7 +80,7 @@ def close_segment(sim: Simulation, run: SimRun) -> None:
         obs = Observation(
             mode,
             job,
-            tuple(job_workload(by_id[o], params, told=True) for o in others),
+            tuple(job_workload(by_id[o], params) for o in others),
             segment.rate,
         )
     sim.learner.observe(sim.model.name, obs, at=sim.now)

@@ -19,10 +19,10 @@ if TYPE_CHECKING:
     from gpudesk.policy.simulator import Simulation
 
 
-def job_workload(run: SimRun, params: ModelParams, *, told: bool = False) -> Workload:
-    """A job's workload under these parameters, its MPS thread cap included: the truth's (its
-    `sm_pct`), or with `told` as the engine knows it (its SM hint, `hint_sm_pct`)."""
-    sm_pct = run.job.told_sm_pct if told else run.job.sm_pct
+def job_workload(run: SimRun, params: ModelParams) -> Workload:
+    """A job's workload under these parameters (the truth's: its `sm_pct`), its MPS thread cap
+    included."""
+    sm_pct = run.job.sm_pct
     work = workload(sm_pct, run.job.membw_pct, params)
     placement = run.placement
     if placement is not None and placement.mode == "mps" and placement.mps_thread_pct:
