@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -17,6 +16,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+# the order the xdist workers take the tests in, and the rule for `serial` tests (hooks)
+from xdist_order import pytest_collection_modifyitems, pytest_runtest_protocol  # noqa: F401
 
 from gpudesk.api.client import Client
 from gpudesk.api.connection import Connection, engine_pid, start_engine
@@ -74,37 +76,6 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest tests start first. Under `--dist loadgroup` (pyproject's addopts) the workers
-    take tests in this order as each becomes free, so starting the longest ones first keeps one
-    of them from landing last and running alone while the other workers idle: the
-    longest-processing-time-first rule, from the `slow(seconds)` marks (a test's time on the
-    2-core CI machine, measured). The order of the rest is left alone; every worker sorts the
-    same collection the same way, as xdist requires. A module kept on one worker (its
-    `xdist_group`, for a module-scoped fixture) moves as a whole, by its longest test, and keeps
-    its own order: some of its tests read what an earlier one left on the shared fixture."""
-
-    def own(item: pytest.Item) -> float:
-        mark = item.get_closest_marker("slow")
-        return float(mark.args[0]) if mark is not None else 0.0
-
-    def group(item: pytest.Item) -> str | None:
-        mark = item.get_closest_marker("xdist_group")
-        return str(mark.args[0]) if mark is not None and mark.args else None
-
-    longest: dict[str, float] = {}
-    for item in items:
-        name = group(item)
-        if name is not None:
-            longest[name] = max(longest.get(name, 0.0), own(item))
-
-    def seconds(item: pytest.Item) -> float:
-        name = group(item)
-        return own(item) if name is None else longest[name]
-
-    items.sort(key=seconds, reverse=True)  # stable: unmarked tests keep their order
-
-
 MODULES_MARK = "--- modules loaded ---"
 
 
@@ -153,48 +124,6 @@ def refuses(result: subprocess.CompletedProcess[str], *phrases: str) -> str:
     for phrase in phrases:
         assert phrase in message, message
     return message
-
-
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    """Under pytest-xdist (the suite runs on 4 workers, pyproject's addopts), a test marked
-    `serial` runs with no other test running: those measure CPU time or throughput (the
-    calibration probe's busy share, the collocation measurements), which a test on the other core
-    would distort. Two locks in a folder all workers of the run share: every test passes the
-    gate (shared) and holds the room (shared); a serial test closes the gate first (so tests
-    starting meanwhile wait at it rather than keep the room busy forever), then takes the room
-    alone once the running ones have left. Taken around the whole test, outside pytest-timeout's
-    clock (this wrapper is the outermost): waiting for a turn is not the test's time.
-
-    The run is told by xdist's own input to this worker, not by PYTEST_XDIST_TESTRUNUID: a
-    pytest a test starts (tests/cli/test_sdist.py runs the sdist's tests) inherits that
-    variable, and once took the outer run's locks: its first test waited at the gate a serial
-    test had closed, the serial test for the room the test waiting on it held, for 300 s."""
-    workerinput = getattr(item.config, "workerinput", None)
-    if workerinput is None:
-        yield
-        return
-    run = workerinput["testrunuid"]
-    shared = Path(tempfile.gettempdir()) / f"gpudesk-tests-{run}"
-    shared.mkdir(exist_ok=True)
-    with (
-        open(shared / "serial-gate.lock", "a") as gate,
-        open(shared / "serial-room.lock", "a") as room,
-    ):
-        serial = item.get_closest_marker("serial") is not None
-        if serial:
-            fcntl.flock(gate, fcntl.LOCK_EX)
-            fcntl.flock(room, fcntl.LOCK_EX)
-        else:
-            fcntl.flock(gate, fcntl.LOCK_SH)
-            fcntl.flock(room, fcntl.LOCK_SH)
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(room, fcntl.LOCK_UN)
-            if serial:
-                fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session", autouse=True)
