@@ -97,20 +97,33 @@ def cli_in_fresh_python(*command_lines: list[str]) -> tuple[str, set[str]]:
     return printed, set(json.loads(modules))
 
 
+# wait_for's pace when the caller names none: every 20 ms for the first second (most waits end
+# within it: a job starting, a reply's effect), then 1.5 x longer each time up to 100 ms. A wait
+# of seconds (a job's whole run, a Slurm sweep) asks its engine ~10 times a second, not ~50:
+# each ask of a job's state costs ~1.3 ms of CPU (the engine's reply ~1.0, this side's ~0.3),
+# which at 50 a second is 6 % of a core for as long as a test waits.
+FAST_POLL_S, FAST_FOR_S, SLOWEST_POLL_S = 0.02, 1.0, 0.1
+
+
 def wait_for(
     predicate: Callable[[], object],
     timeout: float = 15.0,
-    interval: float = 0.02,
+    interval: float | None = None,
     what: str = "condition",
 ) -> object:
-    deadline = time.monotonic() + timeout
+    began = time.monotonic()
+    deadline = began + timeout
+    pause = interval if interval is not None else FAST_POLL_S
     while True:
         value = predicate()
         if value:
             return value
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
+        if interval is None and now - began > FAST_FOR_S:
+            pause = min(pause * 1.5, SLOWEST_POLL_S)
+        time.sleep(pause)
 
 
 def refuses(result: subprocess.CompletedProcess[str], *phrases: str) -> str:
