@@ -335,6 +335,16 @@ def compare_metrics(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def metrics_load(run: Run, device: str) -> list[str]:
+    """The job the metrics check samples beside: a training job on the GPU. The fakes' GPU reads
+    the same whatever runs on it (tests/fakes: 60 % busy), so there a job that sleeps until it
+    is cancelled is the same load to the check; a training job only kept a core busy for the
+    check's ~15 s (~11 CPU-s of a CI run on 2 cores)."""
+    if run.fakes:
+        return [PYTHON, "-c", "import time; time.sleep(600)"]
+    return job_command(device, 5000, 0)
+
+
 def check_metrics(run: Run) -> dict[str, Any]:
     device = "cpu" if run.fakes else "cuda"
     home = run.tmp / "home-metrics"
@@ -350,7 +360,7 @@ def check_metrics(run: Run) -> dict[str, Any]:
             run.cmd(gpudesk("engine", "set", f"metrics_listen={listen}"), 20, env=env)
         )
         submit = gpudesk("submit", "--gpus", "1", "--name", "metrics-load", "--json", "--")
-        result["submit"] = tail(run.cmd(submit + job_command(device, 5000, 0), 20, env=env))
+        result["submit"] = tail(run.cmd(submit + metrics_load(run, device), 20, env=env))
         # Wait for the job at work: the endpoint's GPU_UTIL above zero (or 30 s).
         waited = time.monotonic()
         while time.monotonic() < limit and time.monotonic() - waited < 30:
