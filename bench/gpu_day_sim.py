@@ -163,11 +163,18 @@ def hints_of(profile: str) -> dict[str, tuple[float, float]]:
 
 
 def real_figures(result: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
-    """policy -> [(makespan, mean JCT)] over its runs (a repeat is `POLICY#2`)."""
+    """policy -> [(makespan, mean JCT)] over its runs (a repeat is `POLICY#2`). A day run in
+    one engine home (`gpu_day.py --shared-home`) keeps only each policy's first run: a repeat
+    there ran with what the runs before it taught the engine, a condition of its own, not a
+    second measurement of the first."""
+    day = result["checks"]["day"]
     figures: dict[str, list[tuple[float, float]]] = {}
-    for key, run in result["checks"]["day"]["policies"].items():
+    for key, run in day["policies"].items():
+        policy = key.split("#")[0]
+        if day.get("shared_home") and policy in figures:
+            continue
         if run.get("makespan_s") is not None:
-            figures.setdefault(key.split("#")[0], []).append((run["makespan_s"], run["mean_jct_s"]))
+            figures.setdefault(policy, []).append((run["makespan_s"], run["mean_jct_s"]))
     return figures
 
 

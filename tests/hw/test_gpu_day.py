@@ -217,3 +217,15 @@ def test_the_learned_steady_truth_is_what_the_replay_learns() -> None:
     truth = load_truth(sim.LEARNED_STEADY)
     for name in ("contention", "mps_tenant_cost", "naive_switch_cost"):
         assert getattr(truth, name) == round(getattr(steady, name), 3), name
+
+
+def test_a_shared_home_days_repeat_is_not_averaged_into_its_first_run() -> None:
+    """The H200's learning day: `auto#2` ran with what `auto` taught the engine (79.96 s), so
+    the real `auto` figure is the first run's alone (56.19 s), not the mean of both."""
+    sim = load("gpu_day_sim")
+    recorded = json.loads(
+        (BENCH / "results" / "h200-2026-12-04b" / "run2" / "hardware_truth.json").read_text()
+    )
+    figures = sim.real_figures(recorded)
+    assert figures["auto"] == [(56.19, 37.41)]
+    assert sorted(figures) == ["auto", "exclusive", "mps"]
