@@ -426,8 +426,33 @@ class Plan:
         print(text, flush=True)
 
 
-def groups_for(jobs: list[str]) -> list[list[str]]:
-    """Every pair of distinct jobs, then the default larger groups whose jobs are all chosen."""
+def parse_groups(spec: str) -> list[list[str]]:
+    """`--groups`: groups split by `;`, members by `+`, `JOB*N` for N copies of JOB.
+
+    >>> parse_groups("mlp-narrow*3;resnet18+mlp-wide*2")
+    [['mlp-narrow', 'mlp-narrow#2', 'mlp-narrow#3'], ['resnet18', 'mlp-wide', 'mlp-wide#2']]
+    """
+    groups: list[list[str]] = []
+    for text in filter(None, (g.strip() for g in spec.split(";"))):
+        group: list[str] = []
+        for member in filter(None, (m.strip() for m in text.split("+"))):
+            job, _, count = member.partition("*")
+            if job not in JOBS or (count and not (count.isdigit() and 1 <= int(count) <= 32)):
+                raise ValueError(f"{member!r}: a known job, or JOB*N with N 1-32")
+            taken = sum(1 for n in group if n.split("#")[0] == job)
+            for index in range(taken, taken + int(count or 1)):
+                group.append(job if index == 0 else f"{job}#{index + 1}")
+        if len(group) < 2:
+            raise ValueError(f"{text!r}: a group has two members or more")
+        groups.append(group)
+    return groups
+
+
+def groups_for(jobs: list[str], chosen: list[list[str]] | None = None) -> list[list[str]]:
+    """Every pair of distinct jobs, then the larger groups: `chosen` (--groups, which replaces
+    the pairs too), else the default ones whose jobs are all chosen."""
+    if chosen is not None:
+        return chosen
     pairs = [list(p) for p in itertools.combinations(jobs, 2)]
     extra = [g for g in DEFAULT_GROUPS if all(n.split("#")[0] in jobs for n in g)]
     return pairs + extra
@@ -435,7 +460,7 @@ def groups_for(jobs: list[str]) -> list[list[str]]:
 
 def run_phase(plan: Plan, mechanism: str, env: dict[str, str], gpm: Gpm) -> dict[str, Any]:
     args = plan.args
-    groups = groups_for(args.jobs)
+    groups = groups_for(args.jobs, args.groups)
     instances = sorted({n for g in groups for n in g} | set(args.jobs))
     alone: dict[str, float] = {}  # steps/s of each job alone, in this mechanism
     phase: dict[str, Any] = {"mechanism": mechanism, "workers": {}, "windows": [], "alone": alone}
@@ -542,6 +567,11 @@ def main() -> int:
     parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--budget-s", type=float, default=240.0)
     parser.add_argument(
+        "--groups",
+        help="the groups to run instead of every pair and the default groups: `;` between "
+        "groups, `+` between members, JOB*N for N copies (e.g. 'resnet18*4;mlp-wide+resnet18')",
+    )
+    parser.add_argument(
         "--warmup-s", type=float, default=1.5, help="each worker, before its windows"
     )
     parser.add_argument(
@@ -562,6 +592,14 @@ def main() -> int:
     unknown = [j for j in args.jobs if j not in JOBS]
     if unknown:
         parser.error(f"unknown job(s) {', '.join(unknown)}; known: {', '.join(JOBS)}")
+    try:
+        args.groups = parse_groups(args.groups) if args.groups else None
+    except ValueError as error:
+        parser.error(f"--groups: {error}")
+    if args.groups:
+        missing = sorted({n.split("#")[0] for g in args.groups for n in g} - set(args.jobs))
+        if missing:
+            parser.error(f"--groups: {', '.join(missing)} not in --jobs (each is timed alone)")
     caps: dict[str, int] = {}
     for item in args.thread_pct:
         job, _, pct = item.partition("=")

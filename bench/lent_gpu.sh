@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The checks a lent GPU runs in one call, each under its own time limit, results into $OUT:
-#   bash bench/lent_gpu.sh OUT_DIR [pairs,dataplane,dataplane_mps,metrics]
+#   bash bench/lent_gpu.sh OUT_DIR [pairs,dataplane,dataplane_mps,metrics,staging,scaling,learner_day]
 # Run from the checkout, with the wheels the GPU image lacks in .whl/ (docs/hardware-validation.md
 # says which). Read-only: nothing here changes MIG mode, clocks, power limits, the compute mode or
 # persistence, or resets the GPU; the MPS daemons are the scripts' own, in temporary folders.
@@ -64,5 +64,26 @@ if has metrics; then
     stamp "metrics rc=$?"
     cp /tmp/ht/hardware_truth.json "$out/hardware_truth.json" 2>/dev/null
     cat /tmp/ht/log.txt >>"$log" 2>/dev/null
+fi
+if has scaling; then
+    # Issue 39's n-tenant question: k copies of one job (k = 2..8), then two mixes, under MPS
+    # (first: the mechanism the model's per-tenant cost is about) and time-sliced.
+    groups="mlp-narrow*2;mlp-narrow*4;mlp-narrow*8;resnet18*2;resnet18*4;resnet18*8"
+    groups="$groups;transformer*2;transformer*4;mlp-wide*2;mlp-wide*3;mlp-wide*4"
+    groups="$groups;mlp-narrow*2+resnet18*2+transformer*2+mlp-wide*2;mlp-narrow*4+resnet18*4"
+    stamp "scaling"
+    timeout -k 5 290 python3 bench/gpu_pairs.py --out "$out/scaling" --window 3 --budget-s 280 \
+        --mechanisms mps,naive --jobs mlp-narrow,resnet18,transformer,mlp-wide \
+        --groups "$groups" >>"$log" 2>&1
+    stamp "scaling rc=$?"
+fi
+if has learner_day; then
+    # Session 37's one-home day again (exclusive first, so every job's steady share alone is
+    # known), with the learner that reads steady shares: does `auto` after learning keep pace?
+    stamp "learner_day"
+    timeout -k 5 400 python3 bench/gpu_day.py --out "$out/learner_day" --only day --day probes \
+        --job-s 15 --budget-s 390 --policies exclusive,auto,auto --shared-home \
+        --observe-min-s 6 >>"$log" 2>&1
+    stamp "learner_day rc=$?"
 fi
 stamp "end: $(nvidia-smi --query-gpu=mig.mode.current,compute_mode,persistence_mode,memory.used --format=csv,noheader 2>&1)"

@@ -124,3 +124,35 @@ def test_the_model_comparison_feeds_each_job_alone_to_the_model_and_scores_its_r
     expected = round((sum(e * e for e in errors) / 2) ** 0.5, 4)
     assert report["rms"]["mps defaults/sm"] == expected
     assert report["pair_inequality"]["max"] == 0.2
+
+
+def test_groups_name_copies_of_a_job_and_a_bad_group_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """`--groups` (the n-tenant scaling runs): JOB*N is N instances, each its own worker; a
+    group's job must be timed alone too, and a typo is one line, not a traceback."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import gpu_pairs
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    assert gpu_pairs.parse_groups("mlp-narrow*3; resnet18+mlp-narrow*2") == [
+        ["mlp-narrow", "mlp-narrow#2", "mlp-narrow#3"],
+        ["resnet18", "mlp-narrow", "mlp-narrow#2"],
+    ]
+    assert gpu_pairs.groups_for(["a", "b"], [["a", "a#2"]]) == [["a", "a#2"]]
+    for spec, says in (
+        ("bert*2", "'bert*2': a known job"),
+        ("resnet18*0", "JOB*N with N 1-32"),
+        ("resnet18", "two members or more"),
+        ("resnet18*2", "resnet18 not in --jobs"),
+    ):
+        command = [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--jobs", "mlp-narrow"]
+        done = subprocess.run(
+            [*command, "--groups", spec],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, spec
+        assert says in done.stderr and "Traceback" not in done.stderr, done.stderr
