@@ -226,6 +226,9 @@ def main() -> int:
         "H200 calibration": ["--truth", str(REPO / "bench/results/h200-2026-11-29/calibrate.json")],
         "unequal pairs (queueing-h100)": ["--truth-form", "queueing-h100"],
         "learned, fed steady shares": ["--truth", str(LEARNED_STEADY)],
+        # the cost of sharing paid once per shared GPU, as the H200's 2-8-tenant groups measured
+        "cost paid once (once-paid)": ["--truth-form", "once-paid"],
+        "once-paid, learned steady": ["--truth-form", "once-paid", "--truth", str(LEARNED_STEADY)],
         **{f"{truth}": ["--truth", str(truth)] for truth in args.truth},
     }
     phases = ", phases: start-up and steady share" if args.phases else ""

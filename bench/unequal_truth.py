@@ -6,11 +6,13 @@ Placement predicts with the product's form (every tenant of a GPU gets one rate)
 parameters from what jobs show, and judges sharing by the robust rule. Here the simulated
 truth on shared GPUs is the *queueing* form instead (`gpudesk/policy/queueing_form.py`), fitted
 to measured pairs: `queueing-h100` on the H100 probes and the seed pair, `queueing-all` also on
-the H200 real jobs (where a job beside a never-idle tenant starves). Kernel widths come from the
-model's defaults in both. For each bundled trace on its own station, side by side in one run:
-CARMA, `auto` (learning, as shipped), `auto` with learning off, and the forced modes `mps`,
-`naive` and `exclusive`. Prints makespan (÷ carma), mean JCT, energy ÷ carma, lost jobs, and
-what `auto`'s learner ended with.
+the H200 real jobs (where a job beside a never-idle tenant starves); or the product's form with
+the cost of sharing paid once per shared GPU, not per co-tenant (`once-paid`,
+`gpudesk/policy/once_paid_form.py`), as the H200's groups of 2-8 tenants measured. Kernel
+widths come from the model's defaults in all. For each bundled trace on its own station, side by
+side in one run: CARMA, `auto` (learning, as shipped), `auto` with learning off, and the forced
+modes `mps`, `naive` and `exclusive`. Prints makespan (÷ carma), mean JCT, energy ÷ carma, lost
+jobs, and what `auto`'s learner ended with.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from gpudesk.policy.queueing_form import truth_form  # noqa: E402
 from gpudesk.policy.simulator import Simulation, load_trace  # noqa: E402
 
 TRACES = sorted((ROOT / "traces").glob("*.json"))
-TRUTHS = ("current", "queueing-h100", "queueing-all")
+TRUTHS = ("current", "queueing-h100", "queueing-all", "once-paid")
 POLICIES = ("carma", "auto", "auto, no learning", "mps", "naive", "exclusive")
 
 
@@ -63,8 +65,14 @@ def run(trace_path: Path, truth: str, policy: str) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--truths", default=",".join(TRUTHS), help=f"comma-separated, of {', '.join(TRUTHS)}"
+    )
     args = parser.parse_args()
-    rows = [run(t, truth, p) for t in TRACES for truth in TRUTHS for p in POLICIES]
+    truths = [t for t in args.truths.split(",") if t]
+    if not truths or not set(truths) <= set(TRUTHS):
+        parser.error(f"--truths: comma-separated, of {', '.join(TRUTHS)}")
+    rows = [run(t, truth, p) for t in TRACES for truth in truths for p in POLICIES]
     if args.json:
         meta = {"date": date.today().isoformat(), "machine": platform.machine(), "rows": rows}
         print(json.dumps(meta, indent=2))

@@ -78,8 +78,10 @@ _TRUTH_FORM = typer.Option(
     "current",
     "--truth-form",
     help="The form of the simulated truth on shared GPUs: current (the model placement "
-    "predicts with), or queueing-h100 / queueing-all, in which the members of a pair slow each "
-    "other unequally, fitted to measured pairs (docs/simulator.md). Not with --lower-bound.",
+    "predicts with); queueing-h100 / queueing-all, in which the members of a pair slow each "
+    "other unequally, fitted to measured pairs; or once-paid, whose cost of sharing does not "
+    "grow with the number of tenants, as an H200 measured (docs/simulator.md). Not with "
+    "--lower-bound.",
 )
 _LEARN = typer.Option(
     True,

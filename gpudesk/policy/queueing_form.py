@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpudesk.policy.model_params import ModelParams, Workload
+from gpudesk.policy.once_paid_form import ONCE_PAID, OncePaid
 from gpudesk.policy.rates import MIN_RATE, cap_factor, kernel_active
 
 
@@ -60,7 +61,11 @@ FITS: dict[str, QueueingParams] = {
     # ... on those and the H200 real jobs
     "all": QueueingParams(1.0114, 0.5678, 0.038, 1.1808, 0.0, 1.4271, 1.8766),
 }
-FORMS = ("current", *(f"queueing-{name}" for name in FITS))
+FORMS = ("current", *(f"queueing-{name}" for name in FITS), ONCE_PAID.name)
+
+# A simulated truth's form on shared GPUs: the product's own (None), unequal pairs, or the cost
+# of sharing paid once (once_paid_form).
+TruthForm = QueueingParams | OncePaid
 
 
 def queueing_rates(
@@ -94,11 +99,13 @@ def queueing_rates(
     return out
 
 
-def truth_form(name: str) -> QueueingParams | None:
+def truth_form(name: str) -> TruthForm | None:
     """The form `--truth-form NAME` names: None for the product's own ("current"). Raises
     ValueError naming the choices."""
     if name == "current":
         return None
+    if name == ONCE_PAID.name:
+        return ONCE_PAID
     fit = FITS.get(name.removeprefix("queueing-")) if name.startswith("queueing-") else None
     if fit is None:
         raise ValueError(f"unknown truth form {name!r}; known: {', '.join(FORMS)}")

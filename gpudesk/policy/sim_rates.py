@@ -1,7 +1,8 @@
 """The simulated truth: every running job's true rate (seconds of exclusive work per second), by
 the interference model with the TRUTH parameters (exclusive 1.0; MPS and naive time-slicing by
-its co-tenants' SM and bandwidth demand, in the product's form or the queueing form; a MIG slice
-by its share of the SMs and of the DRAM bandwidth; an MPS thread cap stretches its kernels).
+its co-tenants' SM and bandwidth demand, in the product's form, the queueing form or the
+once-paid form; a MIG slice by its share of the SMs and of the DRAM bandwidth; an MPS thread cap
+stretches its kernels).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
 from gpudesk.policy.interference import ModelParams, Workload, mig_rate, shared_rates, workload
+from gpudesk.policy.once_paid_form import OncePaid, once_paid_rates
 from gpudesk.policy.queueing_form import queueing_rates
 from gpudesk.policy.sim_records import SimRun
 from gpudesk.policy.sim_station import slice_of, slice_shape
@@ -58,4 +60,6 @@ def group_rates(sim: Simulation, group: list[SimRun]) -> list[float]:
     mode = "mps" if all(r.placed.mode == "mps" for r in group) else "naive"
     if sim.truth_form is None:
         return list(shared_rates(sim.truth, mode, tenants))
+    if isinstance(sim.truth_form, OncePaid):
+        return once_paid_rates(sim.truth, mode, tenants)
     return list(queueing_rates(sim.truth_form, sim.truth, mode, tenants))

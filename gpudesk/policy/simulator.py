@@ -39,7 +39,7 @@ from gpudesk.policy.interference import (
 )
 from gpudesk.policy.policies import make_policy
 from gpudesk.policy.policy import Decision, MigSlice, Placement, StationView
-from gpudesk.policy.queueing_form import QueueingParams
+from gpudesk.policy.queueing_form import TruthForm
 from gpudesk.policy.schedule_pass import schedule_pass
 from gpudesk.policy.sim_clock import SAMPLE_WINDOW_S, advance, next_event_at
 from gpudesk.policy.sim_learning import OBSERVE_AFTER_S, close_segment, track_segments
@@ -123,7 +123,7 @@ class Simulation:
         mig_repartition: bool = False,
         preempt: bool = True,
         queue_order: str = "submission",
-        truth_form: QueueingParams | None = None,
+        truth_form: TruthForm | None = None,
     ) -> None:
         self.model, self.gpu_count = station_gpus(station)
         if estimator not in ESTIMATORS:
@@ -146,7 +146,7 @@ class Simulation:
     def _set_up_truth_and_learner(
         self,
         truth: ModelParams,
-        truth_form: QueueingParams | None,
+        truth_form: TruthForm | None,
         policy_params: ModelParams | None,
         learn: bool,
     ) -> None:

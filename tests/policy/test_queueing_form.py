@@ -11,6 +11,7 @@ import pytest
 from test_simulator import write_trace
 
 from gpudesk.policy.interference import DEFAULT_PARAMS, Workload, shared_rates
+from gpudesk.policy.once_paid_form import ONCE_PAID
 from gpudesk.policy.queueing_form import FITS, FORMS, queueing_rates, truth_form
 from gpudesk.policy.sim_bounds import bound_of
 from gpudesk.policy.simulator import Simulation, load_trace
@@ -53,8 +54,9 @@ def test_alone_and_a_thread_cap_are_as_in_the_products_form() -> None:
 def test_a_truth_form_by_name() -> None:
     assert truth_form("current") is None
     assert truth_form("queueing-all") is FITS["all"]
-    assert FORMS == ("current", "queueing-h100", "queueing-all")
-    with pytest.raises(ValueError, match="known: current, queueing-h100, queueing-all"):
+    assert truth_form("once-paid") is ONCE_PAID
+    assert FORMS == ("current", "queueing-h100", "queueing-all", "once-paid")
+    with pytest.raises(ValueError, match="known: current, queueing-h100, queueing-all, once-paid"):
         truth_form("queueing-h200")
 
 

@@ -1,0 +1,61 @@
+"""A third form of the interference model, for the simulated truth only: the product's form
+with the cost of sharing paid **once** per shared GPU rather than per co-tenant (`gpudesk
+simulate --truth-form once-paid`).
+
+The product's form (`rates.py`) charges each MPS tenant `mps_tenant_cost` x (n - 1), and each
+time-sliced one `naive_switch_cost` x (n - 1): fitted on pairs, where the two shapes agree. On an
+H200 (2026-12-04, `bench/results/h200-2026-12-04c/scaling`, docs/hardware-validation.md), groups
+of 2-8 copies of one job said otherwise: eight copies of a light job under MPS each kept ~0.94
+of their speed, where 0.04 x 7 per co-tenant says 0.72, and copies of a job past the GPU's
+capacity shared it out with a loss that did not grow with their number. Fitted on the H100
+calibration's pairs, the once-paid shape predicts those groups with RMS 0.14 under MPS and 0.13
+time-sliced, against 0.31 and 0.38 for the product's (bench/model_forms.py, second table).
+
+**What it is for**: a simulated ground truth in which sharing among many tenants costs what the
+H200 measured, so that a run shows how `auto`, which predicts with the product's form (and so
+expects many tenants to cost more than they do), fares there. Placement does not use it yet: with
+it, the packing that the per-co-tenant cost used to stop runs on past a full GPU, where
+`contention` (derived for a pair, 0.228; the H200 groups and the H100 calibration measure ~0.08)
+then costs more than it gains (docs/benchmarks.md, session 38).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from gpudesk.policy.model_params import ModelParams, Workload
+from gpudesk.policy.rates import shared_rates
+
+
+@dataclass(frozen=True)
+class OncePaid:
+    """The once-paid form: it has no parameters of its own (the truth's `ModelParams` are
+    read as they are, each cost paid once)."""
+
+    name: str = "once-paid"
+
+
+ONCE_PAID = OncePaid()
+
+
+def once_paid_rates(
+    params: ModelParams, mechanism: str, tenants: Sequence[Workload]
+) -> list[float]:
+    """Each tenant's rate when these share a GPU under `mechanism`, as `shared_rates` gives
+    them but for the cost of sharing, paid once: the product's cost per co-tenant spread over
+    the n - 1 co-tenants is exactly that."""
+    n = len(tenants)
+    if n <= 2:
+        return list(shared_rates(params, mechanism, tenants))
+    return list(shared_rates(_spread(params, n), mechanism, tenants))
+
+
+@functools.lru_cache(maxsize=256)
+def _spread(params: ModelParams, tenants: int) -> ModelParams:
+    return replace(
+        params,
+        mps_tenant_cost=params.mps_tenant_cost / (tenants - 1),
+        naive_switch_cost=params.naive_switch_cost / (tenants - 1),
+    )
