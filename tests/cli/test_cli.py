@@ -681,7 +681,6 @@ def test_ctrl_c_anywhere_leaves_no_job_of_the_run_behind(
 
 
 @pytest.mark.slow(12)
-@pytest.mark.serial
 def test_quickstart_style_sweep_trains_for_real(engine: EngineHandle, tmp_path: Path) -> None:
     """The real torch workload under the real engine (three tiny jobs of a quickstart-style
     sweep): at 80 columns the report shows each job's result metrics and the best
