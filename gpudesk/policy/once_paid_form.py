@@ -5,11 +5,12 @@ simulate --truth-form once-paid`).
 The product's form (`rates.py`) charges each MPS tenant `mps_tenant_cost` x (n - 1), and each
 time-sliced one `naive_switch_cost` x (n - 1): fitted on pairs, where the two shapes agree. On an
 H200 (2026-12-04, `bench/results/h200-2026-12-04c/scaling`, docs/hardware-validation.md), groups
-of 2-8 copies of one job said otherwise: eight copies of a light job under MPS each kept ~0.94
-of their speed, where 0.04 x 7 per co-tenant says 0.72, and copies of a job past the GPU's
-capacity shared it out with a loss that did not grow with their number. Fitted on the H100
-calibration's pairs, the once-paid shape predicts those groups with RMS 0.14 under MPS and 0.13
-time-sliced, against 0.31 and 0.38 for the product's (bench/model_forms.py, second table).
+of 2-8 copies of one job said otherwise: eight copies of a light job under MPS each kept 0.92-0.98
+of their speed alone under MPS, where 0.04 x 7 per co-tenant says 0.72, and copies of a job past
+the GPU's capacity shared it out with a loss that did not grow with their number. Fitted on the
+H100 calibration's and the seed's pairs, the once-paid shape predicts those groups with RMS 0.121
+under MPS and 0.132 time-sliced, against 0.392 and 0.379 for the product's (bench/model_forms.py,
+second table).
 
 **What it is for**: a simulated ground truth in which sharing among many tenants costs what the
 H200 measured, so that a run shows how `auto`, which predicts with the product's form (and so

@@ -31,7 +31,7 @@ def test_a_pair_is_the_products_form_and_eight_light_tenants_pay_the_cost_once()
     eight = [LIGHT] * 8
     cost = DEFAULT_PARAMS.mps_tenant_cost
     assert once_paid_rates(DEFAULT_PARAMS, "mps", eight) == pytest.approx([1.0 - cost] * 8)
-    # the product's form: seven co-tenants at the cost each (the H200 measured ~0.94 each)
+    # the product's form: seven co-tenants at the cost each (the H200 measured 0.92-0.98 each)
     assert shared_rates(DEFAULT_PARAMS, "mps", eight) == pytest.approx([1.0 - 7 * cost] * 8)
     # past a full GPU the share and the contention are the product's: only the cost differs
     crowded = [RESNET] * 8
