@@ -14,10 +14,10 @@ second table).
 
 **What it is for**: a simulated ground truth in which sharing among many tenants costs what the
 H200 measured, so that a run shows how `auto`, which predicts with the product's form (and so
-expects many tenants to cost more than they do), fares there. Placement does not use it yet: with
-it, the packing that the per-co-tenant cost used to stop runs on past a full GPU, where
-`contention` (derived for a pair, 0.228; the H200 groups and the H100 calibration measure ~0.08)
-then costs more than it gains (docs/benchmarks.md, session 38).
+expects many tenants to cost more than they do), fares there. Placement does not use it yet:
+tried, it spread t1's light jobs so that its first two-GPU job waited 41 min rather than 15 for
+two GPUs to drain, and t1 took 5h13m rather than 4h38m (docs/hardware-validation.md, the third
+H200 session of 2026-12-04).
 """
 
 from __future__ import annotations
