@@ -91,12 +91,18 @@ def tenancies(placed: Sequence[Placed]) -> dict[int, Tenancy]:
                 attempt.memory_slices,
             )
             continue
-        others = tuple(
-            CoTenant(other.attempt_id, other.job_id)
+        beside = [
+            other
             for other in placed
             if other is not attempt and other.mode != "mig" and other.gpu == attempt.gpu
-        )
-        result[attempt.attempt_id] = Tenancy(attempt.gpu, attempt.mode, None, others)
+        ]
+        others = tuple(CoTenant(other.attempt_id, other.job_id) for other in beside)
+        # An MPS client beside a time-sliced context is time-sliced too (the MPS server is one
+        # context among others): the mechanism it shows there is time-slicing, not MPS.
+        mode = attempt.mode
+        if mode == "mps" and any(other.mode != "mps" for other in beside):
+            mode = "naive"
+        result[attempt.attempt_id] = Tenancy(attempt.gpu, mode, None, others)
     return result
 
 

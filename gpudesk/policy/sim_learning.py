@@ -77,6 +77,10 @@ def close_segment(sim: Simulation, run: SimRun) -> None:
     else:
         if any(o not in by_id for o in others):
             return
+        # an MPS client beside a time-sliced tenant is time-sliced (as sim_rates runs it, and as
+        # the engine's tenancies read it)
+        if mode == "mps" and any(by_id[o].placed.mode != "mps" for o in others):
+            mode = "naive"
         obs = Observation(
             mode,
             job,

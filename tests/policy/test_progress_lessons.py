@@ -12,9 +12,11 @@ from gpudesk.policy.progress_intervals import (
     AloneRate,
     CoTenant,
     Interval,
+    Placed,
     Tenancy,
     alone_rate_after,
     slice_size,
+    tenancies,
 )
 
 SAMPLE = {
@@ -68,3 +70,25 @@ def test_a_shared_interval_is_read_with_its_tenants_steady_sm_shares_or_not_at_a
     assert mig.observation(5.0, [None], DEFAULT_PARAMS) is None
     sliced = mig.observation(5.0, [40.0], DEFAULT_PARAMS)
     assert sliced is not None and (sliced.job.sm, sliced.compute_slices) == (0.4, 3)
+
+
+def test_an_mps_client_beside_a_time_sliced_tenant_shows_time_slicing() -> None:
+    """The MPS server is one context among the GPU's others: beside a time-sliced tenant its
+    clients are time-sliced too, so their intervals there teach the switch cost, not MPS's
+    (the simulated truth runs such a group time-sliced; read as MPS, a group at 0.9 said the
+    MPS tenant cost was 0.10 where it was 0.15). MPS clients together, on another GPU, stay MPS;
+    a MIG slice keeps its own."""
+    found = tenancies(
+        [
+            Placed(1, 10, 0, "mps"),
+            Placed(2, 20, 0, "mps"),
+            Placed(3, 30, 0, "naive"),
+            Placed(4, 40, 1, "mps"),
+            Placed(5, 50, 1, "mps"),
+            Placed(6, 60, 1, "mig", "MIG-a", 3, 4),
+        ]
+    )
+    assert [found[i].mode for i in (1, 2, 3)] == ["naive", "naive", "naive"]
+    assert found[1].others == (CoTenant(2, 20), CoTenant(3, 30))
+    assert [found[i].mode for i in (4, 5, 6)] == ["mps", "mps", "mig"]
+    assert found[4].others == (CoTenant(5, 50),) and found[6].others == ()

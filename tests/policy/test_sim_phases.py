@@ -232,14 +232,16 @@ def test_the_policy_is_told_the_hint_and_the_gpu_runs_the_truth(tmp_path: Path) 
 
 
 def test_the_learner_is_fed_the_steady_shares_as_the_engine_measures_them(tmp_path: Path) -> None:
-    """Two jobs sharing for over a minute: the observation the learner keeps describes each
+    """Two jobs sharing for over a minute, after one of their family ran alone (as the engine
+    needs, to know the family's steady share): the observation the learner keeps describes each
     by the steady share it ran (40 %), which the engine measures alone, not by its hint (20 %):
     read against the hints, the learner would put the hints' error into the mechanism."""
     trace = h200_trace(
         tmp_path,
         [
-            {"exclusive_minutes": 5, "sm_pct": 40, "hint_sm_pct": 20},
-            {"exclusive_minutes": 5, "sm_pct": 40, "hint_sm_pct": 20},
+            {"exclusive_minutes": 2, "sm_pct": 40, "hint_sm_pct": 20},
+            {"arrival_s": 150, "exclusive_minutes": 5, "sm_pct": 40, "hint_sm_pct": 20},
+            {"arrival_s": 150, "exclusive_minutes": 5, "sm_pct": 40, "hint_sm_pct": 20},
         ],
     )
     sim = Simulation(trace, policy="mps", station=H200)
