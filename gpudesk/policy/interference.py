@@ -79,6 +79,7 @@ from gpudesk.policy.rates import (
     mps_shared_rate,
     naive_rates,
     predict_join,
+    shared_mechanism,
     shared_rates,
     workload,
 )
@@ -123,6 +124,7 @@ __all__ = [
     "pessimistic",
     "predict_join",
     "predicted_rate",
+    "shared_mechanism",
     "shared_rates",
     "workload",
 ]

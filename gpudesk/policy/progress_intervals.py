@@ -38,7 +38,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
-from gpudesk.policy.interference import ModelParams, Observation, kernel_active_gap, workload
+from gpudesk.policy.interference import (
+    ModelParams,
+    Observation,
+    kernel_active_gap,
+    shared_mechanism,
+    workload,
+)
 
 
 @dataclass(frozen=True)
@@ -97,11 +103,10 @@ def tenancies(placed: Sequence[Placed]) -> dict[int, Tenancy]:
             if other is not attempt and other.mode != "mig" and other.gpu == attempt.gpu
         ]
         others = tuple(CoTenant(other.attempt_id, other.job_id) for other in beside)
-        # An MPS client beside a time-sliced context is time-sliced too (the MPS server is one
-        # context among others): the mechanism it shows there is time-slicing, not MPS.
+        # an MPS client beside a time-sliced context shows time-slicing, not MPS
         mode = attempt.mode
-        if mode == "mps" and any(other.mode != "mps" for other in beside):
-            mode = "naive"
+        if mode == "mps":
+            mode = shared_mechanism([mode, *(other.mode for other in beside)])
         result[attempt.attempt_id] = Tenancy(attempt.gpu, mode, None, others)
     return result
 

@@ -6,13 +6,20 @@ joining a GPU's tenants would do to them (`predict_join`, `Joining`).
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
 from gpudesk.policy.model_params import ModelParams, Workload
 
 MIN_RATE = 0.05  # a job under any amount of sharing still makes some progress
+
+
+def shared_mechanism(modes: Iterable[str]) -> str:
+    """How the tenants of one whole GPU, in these placement modes, share it: MPS only where
+    every one is an MPS client; else time-slicing, for all of them (the MPS server is then one
+    context among the GPU's others)."""
+    return "mps" if all(mode == "mps" for mode in modes) else "naive"
 
 
 def workload(sm_pct: float, membw_pct: float | None, params: ModelParams) -> Workload:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpudesk.policy.interference import Observation, kernel_active
+from gpudesk.policy.interference import Observation, kernel_active, shared_mechanism
 from gpudesk.policy.sim_rates import job_workload
 from gpudesk.policy.sim_records import Segment, SimRun
 from gpudesk.policy.sim_station import slice_of, slice_shape
@@ -77,12 +77,9 @@ def close_segment(sim: Simulation, run: SimRun) -> None:
     else:
         if any(o not in by_id for o in others):
             return
-        # an MPS client beside a time-sliced tenant is time-sliced (as sim_rates runs it, and as
-        # the engine's tenancies read it)
-        if mode == "mps" and any(by_id[o].placed.mode != "mps" for o in others):
-            mode = "naive"
+        # the mechanism the GPU's tenants share it by, as sim_rates runs them
         obs = Observation(
-            mode,
+            shared_mechanism([mode, *(by_id[o].placed.mode for o in others)]),
             job,
             tuple(job_workload(by_id[o], params) for o in others),
             segment.rate,

@@ -11,7 +11,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
-from gpudesk.policy.interference import ModelParams, Workload, mig_rate, shared_rates, workload
+from gpudesk.policy.interference import (
+    ModelParams,
+    Workload,
+    mig_rate,
+    shared_mechanism,
+    shared_rates,
+    workload,
+)
 from gpudesk.policy.once_paid_form import OncePaid, once_paid_rates
 from gpudesk.policy.queueing_form import queueing_rates
 from gpudesk.policy.sim_records import SimRun
@@ -57,7 +64,7 @@ def group_rates(sim: Simulation, group: list[SimRun]) -> list[float]:
     """The true rates of the jobs sharing one whole GPU, in `group`'s order: time-sliced
     unless all are MPS clients (an MPS server beside other contexts is time-sliced too)."""
     tenants = [job_workload(r, sim.truth) for r in group]
-    mode = "mps" if all(r.placed.mode == "mps" for r in group) else "naive"
+    mode = shared_mechanism(r.placed.mode for r in group)
     if sim.truth_form is None:
         return list(shared_rates(sim.truth, mode, tenants))
     if isinstance(sim.truth_form, OncePaid):
