@@ -126,6 +126,18 @@ def wait_for(
         time.sleep(pause)
 
 
+def can_cut_head(folder: Path) -> bool:
+    """Whether `folder`'s file system can cut a file's head in place (gpudesk.joblog.collapse:
+    ext4, XFS), so that a log rotation there loses nothing; else it copies and truncates."""
+    from gpudesk.joblog import collapse
+
+    with tempfile.TemporaryFile(dir=folder) as probe:
+        probe.write(b"x" * 9000)
+        probe.flush()
+        end = collapse.collapsible_end(probe.fileno(), 9000)
+        return end is not None and collapse.collapse_head(probe.fileno(), end)
+
+
 def refuses(result: subprocess.CompletedProcess[str], *phrases: str) -> str:
     """The command failed with one `error:` paragraph holding `phrases`, and no traceback or
     bare exception (`RecursionError: ...`) behind it; returns the paragraph."""

@@ -12,14 +12,19 @@ In the attempt's folder (`jobs/<id>/<n>/`):
     output.log.rotation   a small JSON record: where output.log and each kept part sit in the
                           attempt's whole output (the *stream*), as byte positions
 
-The engine rotates (`rotate`, called by gpudesk.engine.logcap) by copy-truncate: when output.log
-is larger than the cap, its last `cap` bytes are copied into output.log.N and the file is
-truncated in place; the job's O_APPEND writes go on at the new end, so the job notices nothing.
-Two things can be lost, both recorded as a gap in the stream where they are known:
+The engine rotates (`rotate`, called by gpudesk.engine.logcap) when output.log is larger than the
+cap: its last `cap` bytes, up to its last block boundary, are copied into output.log.N, and
+everything before that boundary is cut off output.log in place (gpudesk.joblog.collapse: the
+rest shifts down under the lock every write() takes); the job's O_APPEND writes go on at the
+new end, so the job notices nothing and nothing it writes is lost. The cut falls on a block
+boundary, not a line's end, so output.log may begin inside a line that the part ends. Where
+the file system cannot cut a file's head (tmpfs, NFS), the rotation copies and truncates
+instead. Two things can be lost, both recorded as a gap in the stream where they are known:
 - the head of output.log beyond the cap when a check finds it more than a cap over (a job that
   writes faster than the engine looks);
-- what the job writes in the instant between the end of the copy and the truncation (whole
-  write() calls: the copy reads on until the file stops growing, then truncates at once).
+- with copy-truncate only, what the job writes in the instant between the end of the copy and
+  the truncation (whole write() calls: the copy reads on until the file stops growing, then
+  truncates at once); that one is not known, so not recorded.
 
 Readers (`gpudesk logs [-f]`, the desk) address the stream by position (`LogStream`), so a
 follower reads across a rotation from the part that now holds what it had not read yet. Readers
@@ -55,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeGuard
 
+from gpudesk.joblog import collapse
 from gpudesk.untrusted import UntrustedFileError, open_untrusted, read_untrusted
 
 RECORD_SUFFIX = ".rotation"
@@ -252,10 +258,15 @@ def rotate(log: str | os.PathLike[str], cap: int, keep: int, despite_lock: bool 
         for path in _rotation_files(log, number):
             _refuse_folder(path)
         start = _line_start(fd, size - cap) if keep else size
-        end = _copy_then_truncate(fd, start, part_path(log, number) if keep else None, st)
+        part = part_path(log, number) if keep else None
+        cut = _copy_then_collapse(fd, start, part, st)
+        if cut is None:  # a file system that cannot cut a file's head: the old way
+            end, cut_at = _copy_then_truncate(fd, start, part, st)
+        else:
+            (start, end), cut_at = cut, cut[1]
         parts = (*record.parts, Part(number, record.base + start, record.base + end))
         kept = parts[-keep:] if keep else ()
-        _write_rotation(log, Rotation(record.base + end, number, kept))
+        _write_rotation(log, Rotation(record.base + cut_at, number, kept))
         for gone in parts[: len(parts) - len(kept)]:
             with contextlib.suppress(FileNotFoundError):
                 part_path(log, gone.number).unlink()
@@ -283,10 +294,45 @@ def _line_start(fd: int, offset: int) -> int:
     return offset + newline if newline >= 0 else offset
 
 
-def _copy_then_truncate(fd: int, start: int, part: Path | None, like: os.stat_result) -> int:
+def _copy_then_collapse(
+    fd: int, start: int, part: Path | None, like: os.stat_result
+) -> tuple[int, int] | None:
+    """Copy the log from `start` to its last block boundary into `part`, then cut everything
+    before that boundary off the log (gpudesk.joblog.collapse): what the job writes meanwhile
+    stays in the log, so nothing is lost. Returns the part's (start, end) in the log, or None
+    where the file system cannot cut (nothing changed; the caller copies and truncates)."""
+    end = collapse.collapsible_end(fd, like.st_size)
+    if end is None or (part is not None and end <= start):
+        return None  # a cap under a block: a part must not be empty
+    start = min(start, end)
+    if part is not None:
+        out = _create(_tmp(part), like)
+        try:
+            offset = start
+            while offset < end and (chunk := os.pread(fd, min(CHUNK_BYTES, end - offset), offset)):
+                os.write(out, chunk)
+                offset += len(chunk)
+        finally:
+            os.close(out)
+    if not collapse.collapse_head(fd, end):
+        if part is not None:
+            _tmp(part).unlink()
+        return None
+    if part is not None:
+        os.replace(_tmp(part), part)
+    return start, end
+
+
+def _copy_then_truncate(
+    fd: int, start: int, part: Path | None, like: os.stat_result
+) -> tuple[int, int]:
     """Copy the log from `start` into `part` until it stops growing, then truncate it at once;
-    returns where the copy ended (the log's size at the truncation, as far as can be told)."""
+    returns where the copy ended and the log's size at the truncation, as far as can be told.
+    A job that writes as fast as the copy reads would keep it going for ever, the part growing
+    past any cap on the engine's loop: the copy stops at twice what it had to copy, and what
+    the job wrote beyond is a gap in the stream (the two positions differ)."""
     offset = start
+    limit = start + 2 * max(like.st_size - start, CHUNK_BYTES)
     out = None
     if part is not None:
         out = _create(_tmp(part), like)
@@ -295,10 +341,11 @@ def _copy_then_truncate(fd: int, start: int, part: Path | None, like: os.stat_re
             if out is None:
                 offset = os.fstat(fd).st_size
             else:
-                while chunk := os.pread(fd, CHUNK_BYTES, offset):
+                while offset < limit and (chunk := os.pread(fd, CHUNK_BYTES, offset)):
                     os.write(out, chunk)
                     offset += len(chunk)
-            if os.fstat(fd).st_size == offset:  # nothing new since the last read: truncate now
+            size = os.fstat(fd).st_size
+            if size == offset or offset >= limit:  # nothing new since the last read, or enough
                 os.ftruncate(fd, 0)
                 break
     finally:
@@ -306,7 +353,7 @@ def _copy_then_truncate(fd: int, start: int, part: Path | None, like: os.stat_re
             os.close(out)
     if part is not None:
         os.replace(_tmp(part), part)
-    return offset
+    return offset, max(size, offset)
 
 
 # -------------------------------------------------------------------------------- reading

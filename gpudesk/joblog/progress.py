@@ -18,6 +18,7 @@ import os
 import re
 from typing import NamedTuple
 
+from gpudesk.joblog import read_rotation
 from gpudesk.untrusted import open_untrusted
 
 MAX_READ_BYTES = 256 * 1024
@@ -62,7 +63,10 @@ class ProgressReader:
         # the engine reads it as a file a user may have planted (gpudesk.untrusted), as joblog
         self.owner_uid = owner_uid
         self._partial = b""  # an unfinished last line
-        self._skipping = False  # inside a line too long to be a progress line
+        self._skipping = False  # inside a line too long to be a progress line (or cut)
+        # where the log's first byte sits in the attempt's whole output (gpudesk.joblog's
+        # rotation record): a rotation moves it, and says how far to shift `offset`
+        self._base = read_rotation(path).base
 
     @classmethod
     def from_end(cls, path: str, owner_uid: int | None = None) -> ProgressReader:
@@ -87,8 +91,8 @@ class ProgressReader:
             return []
         try:
             size = os.fstat(fd).st_size
-            if size < self.offset:  # truncated: start again
-                self.offset, self._partial, self._skipping = 0, b"", False
+            if size != self.offset:
+                self._follow_rotation(size)
             if size == self.offset:
                 return []
             if size - self.offset > MAX_READ_BYTES:
@@ -101,6 +105,20 @@ class ProgressReader:
             os.close(fd)
         self.offset += len(data)
         return self._lines(data)
+
+    def _follow_rotation(self, size: int) -> None:
+        """Keep reading where it left off across a rotation, which cuts the log's head off
+        (gpudesk.joblog.rotate; its record says by how much). What was cut and not yet read
+        is skipped to the next line: the log may now begin inside a line, whose end could
+        read as a progress line of its own ("step 3 progress 5" cut before "progress")."""
+        base = read_rotation(self.path).base
+        moved, self._base = base - self._base, base
+        if 0 < moved <= self.offset:  # all it had not read is still in the log
+            self.offset -= moved
+        elif moved > 0:
+            self.offset, self._partial, self._skipping = 0, b"", True
+        elif size < self.offset:  # truncated by its job: start again
+            self.offset, self._partial, self._skipping = 0, b"", False
 
     def _lines(self, data: bytes) -> list[ProgressLine]:
         *complete, rest = data.split(b"\n")

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle, wait_for
+from conftest import EngineHandle, can_cut_head, wait_for
 
 from gpudesk import joblog
 from gpudesk.paths import Home
@@ -174,8 +174,10 @@ def test_logs_follow_reads_on_across_rotations(home: Home, tmp_path: Path) -> No
     expected = 8 * MIB // 128
     assert followed.stdout.rstrip().endswith(b"the last line %d" % expected)
     # Every gap in the numbering is announced where it happens (output rotated away before
-    # the follower read it, e.g. while it started), but for what a copy-truncate loses: the
-    # write() calls in flight at a truncation.
+    # the follower read it, e.g. while it started). Where the file system cannot cut a log's
+    # head (tmpfs, NFS), rotation copies and truncates and loses the write() calls in flight
+    # at a truncation, unannounced.
+    unannounced_allowed = 0 if can_cut_head(home.root) else 0.02 * expected
     printed, unexplained, announced = [], 0, False
     for line in followed.stdout.splitlines():
         if b"rotated away" in line:
@@ -189,7 +191,7 @@ def test_logs_follow_reads_on_across_rotations(home: Home, tmp_path: Path) -> No
             printed.append(number)
             announced = False
     assert len(printed) >= expected / 2, f"only {len(printed)} of {expected} lines"
-    assert unexplained <= 0.02 * expected, f"{unexplained} lines lost without a word"
+    assert unexplained <= unannounced_allowed, f"{unexplained} lines lost without a word"
 
 
 def test_a_log_with_a_second_name_is_never_truncated(tmp_path: Path) -> None:

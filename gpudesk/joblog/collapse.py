@@ -1,0 +1,68 @@
+"""Cutting the head off a file that a job is still appending to, without losing a byte.
+
+Copy-truncate (copy the log, then truncate it) loses whatever the job writes between the end
+of the copy and the truncation: logrotate's `copytruncate` documents the same window. Linux's
+`fallocate(FALLOC_FL_COLLAPSE_RANGE)` removes a range of a file and shifts the rest down
+under the inode's lock, the same lock every write() takes, so an O_APPEND write lands wholly
+before the cut (and is shifted down with the rest) or wholly after it, at the new end: nothing
+is lost, and the job notices nothing. The range must start at 0 here, be a multiple of the
+file system's block size and end before the file's end (fallocate(2)).
+
+ext4 and XFS support it; tmpfs, NFS and others do not (EOPNOTSUPP), and then the caller falls
+back to copy-truncate. A file system found not to support it is remembered for the process's
+life, so a rotation there does not copy twice each time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+
+FALLOC_FL_COLLAPSE_RANGE = 0x08  # linux/falloc.h
+
+# What fallocate says where collapsing is not possible (no support, alignment, no such call):
+# the caller then rotates the old way.
+UNSUPPORTED = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS, errno.ENOTSUP})
+
+_unsupported_devices: set[int] = set()
+
+
+def _fallocate() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    call = getattr(libc, "fallocate64", None) or getattr(libc, "fallocate", None)
+    if call is not None:
+        call.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+        call.restype = ctypes.c_int
+    return call
+
+
+_FALLOCATE = _fallocate()
+
+
+def collapsible_end(fd: int, size: int) -> int | None:
+    """Where a head of the file of `size` bytes may be cut: the last block boundary before its
+    end; None where it cannot be (a file system known not to support it, or under a block)."""
+    if _FALLOCATE is None or os.fstat(fd).st_dev in _unsupported_devices:
+        return None
+    block = os.fstatvfs(fd).f_bsize
+    if block <= 0:
+        return None
+    end = (size - 1) // block * block
+    return end if end > 0 else None
+
+
+def collapse_head(fd: int, length: int) -> bool:
+    """Remove the file's first `length` bytes (a `collapsible_end`), shifting the rest down.
+    False where the file system does not support it (remembered); other errors raise."""
+    assert _FALLOCATE is not None
+    if _FALLOCATE(fd, FALLOC_FL_COLLAPSE_RANGE, 0, length) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in UNSUPPORTED:
+        _unsupported_devices.add(os.fstat(fd).st_dev)
+        return False
+    raise OSError(code, os.strerror(code))
