@@ -4,8 +4,9 @@ slice, who shares its GPU, whether any of them is held up); when a segment of at
 `OBSERVE_AFTER_S` ends, its rate is an observation: on a MIG slice or among co-tenants, each
 job's workload as the engine measures it, its steady SM share (the trace's `sm_pct`, never the
 `hint_sm_pct` the policy is told: the engine reads each command's share alone after its first
-progress line, gpudesk.engine.learning), completed by the current parameters; alone on a whole
-GPU, its SM activity and kernel-active time, which measure the kernel-active gap. Only steady
+progress line, gpudesk.engine.learning), completed by the current parameters, and so only once
+every job of the stretch has a family that ran alone; alone on a whole GPU, its SM activity and
+kernel-active time, which measure the kernel-active gap. Only steady
 phases teach: a stretch in which the job or a tenant of its GPU is held (its start-up, a
 checkpoint's restore or save) is none.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpudesk.policy.interference import Observation, kernel_active, shared_mechanism
+from gpudesk.policy.sim_order import family_of
 from gpudesk.policy.sim_rates import job_workload
 from gpudesk.policy.sim_records import Segment, SimRun
 from gpudesk.policy.sim_station import slice_of, slice_shape
@@ -63,6 +65,12 @@ def close_segment(sim: Simulation, run: SimRun) -> None:
         return
     if mode == "exclusive":
         return
+    # The engine reads a stretch beside others or on a slice only with each job's steady SM
+    # share measured alone first (gpudesk.engine.learning: per command; a trace job's command
+    # is its family, sim_order.family_of): a job whose family never ran alone teaches nothing.
+    if not {family_of(run), *(family_of(sim.run_of[o]) for o in others)} <= sim.ran_alone:
+        sim.unmeasured_intervals += 1
+        return
     # What the engine measures of each job (its steady SM share, not its hint), completed by
     # the current parameters.
     params = sim.learner.params(sim.model.name)
@@ -91,6 +99,7 @@ def close_segment(sim: Simulation, run: SimRun) -> None:
 def _observe_alone(sim: Simulation, run: SimRun) -> None:
     """A job alone on a whole GPU: what the engine reads of it there (SM activity and
     kernel-active time, from the truth) measures the kernel-active gap."""
+    sim.ran_alone.add(family_of(run))  # its steady SM share is now measured
     job = job_workload(run, sim.truth)
     if job.thread_cap is not None:
         return  # its cap, not its own kernels, set how long they run

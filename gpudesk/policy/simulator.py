@@ -161,6 +161,8 @@ class Simulation:
         )
         self.interference = InterferenceModel(self.learner)
         self.observations = 0
+        self.ran_alone: set[str] = set()  # families whose steady SM share was measured alone
+        self.unmeasured_intervals = 0  # stretches not learned from: a family never ran alone
 
     def _set_up_mig(self, mig: Mapping[int, Sequence[str]] | str | None) -> None:
         """The station's MIG slices and what becomes of them (repartitions, policy errors)."""

@@ -142,7 +142,7 @@ def test_simulate_fits_80_columns() -> None:
         "POLICY     MAKESPAN     x  MEAN JCT  P95 JCT  MEAN WAIT  GPU-H   kWh     x",
         "exclusive     7h50m  1.00     2h33m    3h50m      2h06m   30.0  5.57  1.00",
         "mps           4h38m  0.59    49m42s    1h54m     17m28s   16.9  4.65  0.83",
-        "auto          4h35m  0.58    42m51s    1h58m     12m00s   17.1  4.64  0.83",
+        "auto          4h34m  0.58    41m40s    1h58m     11m06s   16.9  4.64  0.83",
         "OOM crashes, recoveries, lost and impossible jobs: none under any policy",
         "auto ÷ best forced mode (mps): 0.99 makespan",
     ]

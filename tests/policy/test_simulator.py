@@ -324,11 +324,33 @@ def test_learning_moves_the_tenant_cost_toward_the_truth() -> None:
     truth = DEFAULT_PARAMS.with_values({"mps_tenant_cost": 0.15})
     learned = Simulation(trace, policy="auto", truth=truth).run()
     assert learned.observations > 0
-    assert abs(learned.learned_params["mps_tenant_cost"] - 0.15) < 0.03
+    # part of the way only: on t1 most of what is shared is by families that never ran alone,
+    # which the engine cannot read (the test below); from them all it came within 0.03
+    assert 0.06 < learned.learned_params["mps_tenant_cost"] < 0.15
     frozen = Simulation(trace, policy="auto", truth=truth, learn=False).run()
     assert frozen.observations == 0 and frozen.learned_params["mps_tenant_cost"] == 0.04
     knowing = Simulation(trace, policy="auto", truth=truth, policy_params=truth).run()
     assert knowing.learned_params["mps_tenant_cost"] == pytest.approx(0.15, abs=0.005)
+
+
+def test_a_family_learns_from_sharing_only_once_it_ran_alone(tmp_path: Path) -> None:
+    """The engine reads a stretch beside others only with each tenant's steady SM share
+    measured alone (gpudesk.engine.learning); the simulator's learner likewise, by family."""
+
+    def shared_kept(jobs: list[dict[str, Any]]) -> tuple[int, int]:
+        sim = Simulation(
+            load_trace(write_trace(tmp_path, jobs)), policy="mps", station="sim:a100-40gb"
+        )
+        sim.run()
+        kept = sim.learner.kept(sim.model.name)
+        return sum(k.obs.mechanism == "mps" for k in kept), sim.unmeasured_intervals
+
+    a, b = {"model": "a", "sm_pct": 30}, {"model": "b", "sm_pct": 30}
+    # two families that only ever share: nothing learned from it
+    assert shared_kept([a, b]) == (0, 2)
+    # each alone first (0-30 min, 35-65 min), then one of each together: both learn
+    later = [{**a, "arrival_s": 4200}, {**b, "arrival_s": 4200}]
+    assert shared_kept([a, {**b, "arrival_s": 2100}, *later]) == (2, 0)
 
 
 def test_a_job_that_died_sharing_is_retried_alone_not_lost_as_too_big(tmp_path: Path) -> None:
