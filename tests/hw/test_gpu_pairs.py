@@ -5,6 +5,7 @@ is its speed over its speed alone, and a worker that cannot start costs its wind
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,11 @@ def test_a_fakes_run_measures_each_job_alone_and_beside_the_other_under_both_mec
         capture_output=True,
         text=True,
         timeout=200,
+        # One torch thread per worker: a window is wall time, so each job's second thread only
+        # spun on cores the suite's other workers were using (33 -> 21 CPU-s for this test
+        # under load; docs/benchmarks.md, session 39). Rates are steps/s over steps/s alone,
+        # the same quotient at any thread count.
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert done.returncode == 0, done.stdout + done.stderr
     results = json.loads((out / "gpu_pairs.json").read_text())
