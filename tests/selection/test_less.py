@@ -125,7 +125,10 @@ def brute_force_scores(images, labels, target: Target, seed: int, shape) -> np.n
 @pytest.mark.slow(17)
 def test_the_score_is_the_recipe_computed_plainly(digits_train) -> None:
     images, labels = digits_train
-    images, labels = images[:120], labels[:120]
+    # 60 samples: the brute force's cost is per sample (a 60 x 9,610 by 9,610 x 8,192 product
+    # in float64 per checkpoint); every sample is checked, and 60 take each path 120 did (one
+    # gradient chunk, every projection block, the warm-up's 10 samples, one per class)
+    images, labels = images[:60], labels[:60]
     spare = make_digits("target")
     target = Target(spare.images[:12], spare.labels[:12], "twelve")
     got = less_scores(images, labels, target, seed=4, shape=(64,))
