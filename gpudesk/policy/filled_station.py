@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpudesk.core.records import JobRecord
@@ -84,10 +84,63 @@ class Host:
     # What a job of each (SM %, bandwidth %) was scored here, by policy (robust or not): the
     # score depends on the tenants and the job's workload alone, and a long queue asks each GPU
     # for the same few workloads again and again (`collocation.SharingPolicy._shared_option`).
-    scored: dict[tuple[float, float | None, bool], Scored] = field(default_factory=dict)
+    # A shared host's is every alike host's (`shared_scores`).
+    scored: dict[ScoreKey, Scored] = field(default_factory=dict)
 
 
 IDLE, SHARED, MIG, CLOSED = range(4)
+
+# A job's workload as a host's scores are keyed: (SM %, bandwidth %, robust rule)
+ScoreKey = tuple[float, float | None, bool]
+# The model's parameters a score is worked out with: nominal, and with each mechanism's costs at
+# the top of their range (`worst_params`: MPS, time-slicing)
+ParamsKey = tuple[ModelParams, ModelParams, ModelParams]
+
+# Hosts' scores (`Host.scored`), shared by every host alike in all that `FilledStation.score`
+# reads: the parameters (`ParamsKey`), how a new tenant would share the GPU, whether its MPS
+# server serves another user, and its shared tenants' SM, bandwidth and thread cap, in order
+# (`score_signature`). A score is a pure function of those, so it holds in any pass, and no
+# pass or GPU state invalidates it: the GPUs that keep their tenants from one pass to the next,
+# and the few tenant mixes a long queue's placements make again and again, are scored once
+# each. New parameters (a learned model's, a range the station's measurements narrowed) are a
+# new key. Bounded, each level emptied whole once full: `PARAMS_KEPT` parameter sets (a model
+# that learns as it goes makes a new one at each refit; the old ones are not asked again) and
+# `SIGNATURES_KEPT` signatures under each (bench/policy.py's 200 random stations make about 800).
+_SCORES: dict[ParamsKey, dict[Hashable, dict[ScoreKey, Scored]]] = {}
+PARAMS_KEPT = 8
+SIGNATURES_KEPT = 2048
+
+
+def params_scores(key: ParamsKey) -> dict[Hashable, dict[ScoreKey, Scored]]:
+    """The hosts' shared scores under these parameters, by `score_signature`."""
+    scores = _SCORES.get(key)
+    if scores is None:
+        if len(_SCORES) >= PARAMS_KEPT:
+            _SCORES.clear()
+        scores = _SCORES[key] = {}
+    return scores
+
+
+def score_signature(gpu: GpuState, share: str, foreign: bool) -> Hashable:
+    """What `FilledStation.score` reads of a shared host besides the parameters: `share`, a
+    foreign MPS server (`foreign`: it is another user's), and the tenants `tenant_workloads`
+    takes, as their figures (their order too: the model sums them in it)."""
+    tenants = tuple(
+        (t.sm_pct, t.membw_pct, t.thread_pct) for t in gpu.tenants if t.mode in ("mps", "naive")
+    )
+    return (share, foreign, tenants)
+
+
+def shared_scores(
+    scores: dict[Hashable, dict[ScoreKey, Scored]], signature: Hashable
+) -> dict[ScoreKey, Scored]:
+    """The scores every host of this `signature` shares (under one `params_scores`)."""
+    shared = scores.get(signature)
+    if shared is None:
+        if len(scores) >= SIGNATURES_KEPT:
+            scores.clear()
+        shared = scores[signature] = {}
+    return shared
 
 
 @dataclass(frozen=True)
@@ -139,19 +192,24 @@ class FilledStation:
     _placed: set[int] = field(default_factory=set)  # GPUs placed on since `_usable` was made
     _mps_uids: tuple[int, ...] = ()  # the users the usable GPUs' MPS servers serve
     _foreign: dict[int, Host] = field(default_factory=dict)  # GPU index -> its foreign host
-    # GPU model -> its parameters, and with each mechanism's costs at the top of their range
-    # (`worst_params`): asked for every new state of a GPU, the same within a pass
-    _params: dict[str, tuple[ModelParams, dict[str, ModelParams]]] = field(default_factory=dict)
+    # GPU model -> its parameters, with each mechanism's costs at the top of their range
+    # (`worst_params`), and the hosts' shared scores under them (`params_scores`): asked for
+    # every new state of a GPU, the same within a pass
+    _params: dict[
+        str,
+        tuple[ModelParams, dict[str, ModelParams], dict[Hashable, dict[ScoreKey, Scored]]],
+    ] = field(default_factory=dict)
 
     def params(
         self, gpu: GpuState, station: StationView
-    ) -> tuple[ModelParams, dict[str, ModelParams]]:
-        """The GPU's model parameters and `worst_params`, once per GPU model and pass (a pass
-        never changes the station's interference model)."""
+    ) -> tuple[ModelParams, dict[str, ModelParams], dict[Hashable, dict[ScoreKey, Scored]]]:
+        """The GPU's model parameters, `worst_params` and `params_scores`, once per GPU model
+        and pass (a pass never changes the station's interference model)."""
         known = self._params.get(gpu.model)
         if known is None:
-            known = (station.interference.params(gpu.model), worst_params(station, gpu))
-            self._params[gpu.model] = known
+            params, worst = station.interference.params(gpu.model), worst_params(station, gpu)
+            scores = params_scores((params, worst["mps"], worst["naive"]))
+            known = self._params[gpu.model] = (params, worst, scores)
         return known
 
     def hosts(self, station: StationView, mode: str, uid: int | None = None) -> list[Host]:
@@ -192,7 +250,7 @@ class FilledStation:
         shares = not (
             gpu.exclusive or station.config.isolation or not gpu.tenant_modes <= {"mps", "naive"}
         )
-        params, worst = self.params(gpu, station)
+        params, worst, scores = self.params(gpu, station)
         host = Host(
             gpu,
             params,
@@ -204,6 +262,9 @@ class FilledStation:
             mps_user=gpu.mps_uid,
             worst_params=worst,
         )
+        if shares:
+            signature = score_signature(gpu, "naive", gpu.mps_uid is not None)
+            host.scored = shared_scores(scores, signature)
         self._foreign[gpu.index] = host
         return host
 
@@ -225,7 +286,7 @@ class FilledStation:
             kind = CLOSED
         else:
             kind, room = SHARED, gpu.free_mib
-        params, worst = self.params(gpu, station)
+        params, worst, scores = self.params(gpu, station)
         host = Host(
             gpu,
             params,
@@ -236,6 +297,8 @@ class FilledStation:
             gpu.idle and gpu.whole_once_idle,
             worst_params=worst if kind == SHARED else {},
         )
+        if kind == SHARED:
+            host.scored = shared_scores(scores, score_signature(gpu, share, False))
         self._hosts[gpu.index] = host
         return host
 
