@@ -157,11 +157,36 @@ class GpuState:
 
     def joined(self, tenant: Tenant, mig_slices: tuple[MigSlice, ...]) -> GpuState:
         """The GPU once `tenant` has started on it (`mig_slices`: its slices then). A placement
-        pass makes one for each job it places; `dataclasses.replace` took twice as long, as it
-        walks `fields()` each time. (What `_memo` kept is not copied: the tenants changed.)"""
-        values = {name: self.__dict__[name] for name in _GPU_STATE_FIELDS}
+        pass makes one for each job it places, and its next job asks the new state what a
+        `filled_station.Host` reads. So it is made without `__init__` (which sets each field
+        of a frozen dataclass through `object.__setattr__`; `dataclasses.replace` took twice
+        as long again, walking `fields()`), and what `_memo` kept that one more tenant changes
+        by one step of the same rule is carried forward: the value the rule gives over the new
+        tenants, to the bit (a sum is not carried: `sum` may compensate, Python 3.12). The
+        rest is worked out again when asked: the tenants changed."""
+        known = self.__dict__
+        values = {name: known[name] for name in _GPU_STATE_FIELDS}
         values.update(tenants=(*self.tenants, tenant), mig_slices=mig_slices, placed_s_ago=0.0)
-        return GpuState(**values)
+        values["idle"] = False
+        mode, had = tenant.mode, bool(self.tenants)
+        # what `_memo` kept of the tenants before (None: not asked), all known where none were
+        exclusive = known.get("exclusive") if had else False
+        modes = known.get("tenant_modes") if had else frozenset()
+        if exclusive is not None:
+            values["exclusive"] = exclusive or mode == "exclusive"
+        if modes is not None:
+            values["tenant_modes"] = modes | {mode}
+        if not had:
+            values["heaviest_tenant_sm_pct"] = tenant.sm_pct
+        elif "heaviest_tenant_sm_pct" in known:  # the first of the largest, as `max` keeps it
+            values["heaviest_tenant_sm_pct"] = max(known["heaviest_tenant_sm_pct"], tenant.sm_pct)
+        if known.get("mps_uid") is not None:  # the first MPS client's
+            values["mps_uid"] = known["mps_uid"]
+        elif modes is not None and "mps" not in modes:  # the new tenant is the first, if any
+            values["mps_uid"] = tenant.uid if mode == "mps" else None
+        state = object.__new__(GpuState)
+        state.__dict__.update(values)
+        return state
 
 
 _GPU_STATE_FIELDS = tuple(f.name for f in fields(GpuState))

@@ -103,6 +103,38 @@ def test_a_gpu_joined_by_a_tenant_is_what_replace_makes() -> None:
     assert [f.name for f in fields(GpuState)] == [f.name for f in fields(joined)]
 
 
+MEMOS = ("idle", "exclusive", "tenant_modes", "mps_uid", "heaviest_tenant_sm_pct", "free_mib")
+joining_tenants = st.lists(
+    st.tuples(
+        st.sampled_from(["mps", "naive", "exclusive", "mig"]),
+        st.sampled_from([0, 0.0, 5, 30.0, 70.0, 90]),
+        st.sampled_from([None, 1000, 1001]),
+        st.sets(st.sampled_from(MEMOS)),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(joining_tenants)
+def test_what_a_joined_gpu_carries_forward_is_what_it_would_work_out(
+    joins: list[tuple[str, float, int | None, set[str]]],
+) -> None:
+    """`GpuState.joined` carries forward what `_memo` kept where one more tenant changes it
+    by a step of the same rule: each is what a state made afresh gives, to the type (an int SM
+    stays an int), whichever were asked of the states before."""
+    gpu = GpuState(0, "GPU-0", 40 * GIB, memory_used_mib=GIB, mps_usable=True)
+    for number, (mode, sm, uid, asked) in enumerate(joins):
+        for name in asked:  # what the pass asked of this state before a job joined it
+            getattr(gpu, name)
+        gpu = gpu.joined(Tenant(number, mode, 2 * GIB, sm, uid=uid), ())
+        fresh = replace(gpu)  # the same fields, nothing kept
+        for name in MEMOS:
+            carried, worked_out = getattr(gpu, name), getattr(fresh, name)
+            assert carried == worked_out and type(carried) is type(worked_out), name
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     tenants,
