@@ -477,14 +477,15 @@ class Frontier:
         return index >= 0 and self.sm[index] <= sm
 
     def add(self, memory: float, sm: float) -> None:
+        """The point, in its place, and the points it dominates gone. A point not dominated
+        has a lower SM than every point with less memory, so those it dominates (at least as
+        much memory and SM) are the ones from where it goes in, up to the first with a lower
+        SM: one run, replaced in place."""
         if self.dominates(memory, sm):
             return
-        keep = [
-            (m, s)
-            for m, s in zip(self.memory, self.sm, strict=True)
-            if not (m >= memory and s >= sm)
-        ]
-        keep.append((memory, sm))
-        keep.sort()
-        self.memory = [m for m, _ in keep]
-        self.sm = [s for _, s in keep]
+        points, sms = self.memory, self.sm
+        start = end = bisect.bisect_left(points, memory)
+        while end < len(sms) and sms[end] >= sm:
+            end += 1
+        points[start:end] = (memory,)
+        sms[start:end] = (sm,)

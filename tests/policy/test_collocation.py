@@ -408,6 +408,18 @@ def test_the_no_room_frontier_agrees_with_a_brute_force_check() -> None:
             memory, sm = rng.uniform(0, 5000), rng.uniform(0, 100)
             expected = any(memory >= m and sm >= s for m, s in points)
             assert frontier.dominates(memory, sm) == expected
+        # it keeps the points no other dominates (the first of equals), by memory
+        minimal = sorted(
+            {
+                p
+                for i, p in enumerate(points)
+                if not any(
+                    q[0] <= p[0] and q[1] <= p[1] and (q != p or j < i)
+                    for j, q in enumerate(points)
+                )
+            }
+        )
+        assert list(zip(frontier.memory, frontier.sm, strict=True)) == minimal
 
 
 def test_a_station_that_asks_for_isolation_shares_only_mig_slices() -> None:
