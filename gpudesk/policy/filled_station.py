@@ -191,6 +191,7 @@ class FilledStation:
     _usable: list[Host] | None = None  # the hosts of the GPUs not lost, in index order
     _placed: set[int] = field(default_factory=set)  # GPUs placed on since `_usable` was made
     _mps_uids: tuple[int, ...] = ()  # the users the usable GPUs' MPS servers serve
+    _idle: set[int] | None = None  # the GPUs no job has joined (`idle_indices`)
     _foreign: dict[int, Host] = field(default_factory=dict)  # GPU index -> its foreign host
     # GPU model -> its parameters, with each mechanism's costs at the top of their range
     # (`worst_params`), and the hosts' shared scores under them (`params_scores`): asked for
@@ -219,15 +220,20 @@ class FilledStation:
         if self._usable is None or self._placed:
             if self._usable is None:
                 usable = [self._host(g, station, mode) for g in self.gpus.values() if not g.lost]
+                uids = {h.gpu.mps_uid for h in usable if h.gpu.mps_uid is not None}
             else:  # only the GPUs jobs were placed on have changed (none of them is lost)
                 placed, gpus = self._placed, self.gpus
                 usable = [
                     self._host(gpus[h.gpu.index], station, mode) if h.gpu.index in placed else h
                     for h in self._usable
                 ]
+                # a GPU's MPS server serves its first client's user while tenants only join:
+                # the users are those before and any a placed GPU's first client brought
+                uids = set(self._mps_uids)
+                uids.update(u for i in placed if (u := gpus[i].mps_uid) is not None)
                 self._placed = set()
             self._usable = usable
-            self._mps_uids = tuple({h.gpu.mps_uid for h in usable if h.gpu.mps_uid is not None})
+            self._mps_uids = tuple(uids)
         # the uids are distinct: every one is `uid` only where there is none, or it alone
         if uid is None or not self._mps_uids or self._mps_uids == (uid,):
             return self._usable
@@ -237,6 +243,13 @@ class FilledStation:
             else h
             for h in self._usable
         ]
+
+    def idle_indices(self) -> set[int]:
+        """The GPUs no job has joined, before this pass or in it (kept as jobs are placed: a
+        pass only ever adds tenants)."""
+        if self._idle is None:
+            self._idle = {index for index, gpu in self.gpus.items() if gpu.idle}
+        return self._idle
 
     def foreign_host(self, gpu: GpuState, station: StationView) -> Host:
         """A GPU whose MPS server serves another user's jobs, as a job of a third user sees it.
@@ -388,6 +401,8 @@ class FilledStation:
                 slices = (*others, replace(choice.mig_slice, busy=True))
             self.gpus[index] = gpu.joined(tenant, slices)
         self._placed.update(choice.gpus)
+        if self._idle is not None:
+            self._idle.difference_update(choice.gpus)
         placement = placement_of(job, demand, choice, station)
         self.placements.append(placement)
         return placement
