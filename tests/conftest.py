@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import psutil
 import pytest
@@ -124,6 +126,16 @@ def wait_for(
         if interval is None and now - began > FAST_FOR_S:
             pause = min(pause * 1.5, SLOWEST_POLL_S)
         time.sleep(pause)
+
+
+def load_module(name: str, path: Path) -> ModuleType:
+    """A script that is not a package's module (a bench/ program, another test file), loaded
+    under `name`, for a test that uses its functions."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def can_cut_head(folder: Path) -> bool:

@@ -10,11 +10,11 @@ must decide exactly what it decides with nothing kept.
 
 from __future__ import annotations
 
-import importlib.util
 import random
 from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
+
+from conftest import load_module
 
 from gpudesk.core.records import JobRecord
 from gpudesk.policy import filled_station
@@ -26,16 +26,10 @@ from gpudesk.policy.policy import StationView
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _load("bench_policy_kept_scores", ROOT / "bench" / "policy.py")
-VARIED = _load("place_equivalence_kept", Path(__file__).with_name("test_place_equivalence.py"))
+BENCH = load_module("bench_policy_kept_scores", ROOT / "bench" / "policy.py")
+VARIED = load_module(
+    "place_equivalence_kept", Path(__file__).with_name("test_place_equivalence.py")
+)
 
 
 class _Fixed(InterferenceModel):

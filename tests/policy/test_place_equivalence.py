@@ -13,14 +13,13 @@ limits, alternatives), every rejection and every overtaken count must be equal.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import random
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from conftest import load_module
 
 from gpudesk.core.identity import Identity
 from gpudesk.core.records import JobRecord
@@ -48,15 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GIB = 1024.0
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_policy", ROOT / "bench" / "policy.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _bench()
+BENCH = load_module("bench_policy", ROOT / "bench" / "policy.py")
 
 
 def reference_place(

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import random
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
+
+from conftest import load_module
 
 from gpudesk.core.identity import Identity
 from gpudesk.core.records import JobRecord
@@ -41,16 +41,10 @@ CASES = ((200, 30), (1000, 4), (10000, 1))
 OWNER = Identity.of(1000, 1000, [1000])
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BENCH = _load("bench_policy_golden", ROOT / "bench" / "policy.py")
-VARIED = _load("place_equivalence_golden", Path(__file__).with_name("test_place_equivalence.py"))
+BENCH = load_module("bench_policy_golden", ROOT / "bench" / "policy.py")
+VARIED = load_module(
+    "place_equivalence_golden", Path(__file__).with_name("test_place_equivalence.py")
+)
 
 
 def inputs() -> Iterator[tuple[str, list[JobRecord], StationView]]:
