@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle
+from conftest import EngineHandle, can_cut_head
 from local_users import LocalUser, local_accounts, skip_unless_root
 
 SHARED = Path(__file__).resolve().parent.parent / "shared"
@@ -273,16 +273,29 @@ def test_the_rotation_record_is_roots_and_the_parts_are_the_owners(attempt: Atte
     assert read_all(attempt.log, attempt.owner.uid) == b"y" * 100 + b"\n"
 
 
+# (the line rotation drops, the line it keeps, the cap): a log under a block is copied and
+# truncated; one past a block boundary is cut in place (gpudesk.joblog.collapse, where the file
+# system can), its part ending at the boundary inside the kept line
+ROTATIONS = {
+    "copy-truncate": (b"x" * 100 + b"\n", b"y" * 100 + b"\n", 150),
+    "cut": (b"x" * 8000 + b"\n", b"y" * 400 + b"\n", 450),
+}
+
+
+@pytest.mark.parametrize("rotation", sorted(ROTATIONS))
 @pytest.mark.parametrize("kind", sorted(PLANTS))
 @pytest.mark.parametrize("name", ["output.log.1", "output.log.1.tmp", "output.log.rotation.tmp"])
-def test_rotation_never_acts_on_a_planted_file(attempt: Attempt, name: str, kind: str) -> None:
+def test_rotation_never_acts_on_a_planted_file(
+    attempt: Attempt, name: str, kind: str, rotation: str
+) -> None:
     """The names rotation creates, replaces or unlinks: whatever stands there goes by its name
     (a link is replaced, never followed) or the rotation stops before the log is cut."""
-    body = b"x" * 100 + b"\n" + b"y" * 100 + b"\n"
+    dropped, kept, cap = ROTATIONS[rotation]
+    body = dropped + kept
     attempt.write_owned(attempt.log, body)
     PLANTS[kind](attempt, attempt.folder / name)
     try:
-        rotated = bounded(lambda: joblog.rotate(attempt.log, 150, keep=2))
+        rotated = bounded(lambda: joblog.rotate(attempt.log, cap, keep=2))
     finally:
         assert attempt.secret.read_bytes() == SECRET  # never written through a name
         assert os.stat(attempt.secret).st_uid == 0
@@ -291,7 +304,9 @@ def test_rotation_never_acts_on_a_planted_file(attempt: Attempt, name: str, kind
         assert attempt.log.read_bytes() == body
     else:
         assert rotated is True
-        assert read_all(attempt.log, attempt.owner.uid) == b"y" * 100 + b"\n"
+        assert read_all(attempt.log, attempt.owner.uid) == kept
+        if rotation == "cut" and can_cut_head(attempt.folder):  # cut, not truncated
+            assert 0 < attempt.log.stat().st_size < len(kept)
 
 
 @pytest.mark.parametrize("kind", ["symlink", "hard link", "fifo", "socket", "folder"])
