@@ -58,7 +58,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeGuard
+from typing import NamedTuple, TypeGuard
 
 from gpudesk.joblog import collapse
 from gpudesk.untrusted import UntrustedFileError, open_untrusted, read_untrusted
@@ -259,14 +259,11 @@ def rotate(log: str | os.PathLike[str], cap: int, keep: int, despite_lock: bool 
             _refuse_folder(path)
         start = _line_start(fd, size - cap) if keep else size
         part = part_path(log, number) if keep else None
-        cut = _copy_then_collapse(fd, start, part, st)
-        if cut is None:  # a file system that cannot cut a file's head: the old way
-            end, cut_at = _copy_then_truncate(fd, start, part, st)
-        else:
-            (start, end), cut_at = cut, cut[1]
-        parts = (*record.parts, Part(number, record.base + start, record.base + end))
+        # a file system that cannot cut a file's head: the old way
+        cut = _copy_then_collapse(fd, start, part, st) or _copy_then_truncate(fd, start, part, st)
+        parts = (*record.parts, Part(number, record.base + cut.start, record.base + cut.end))
         kept = parts[-keep:] if keep else ()
-        _write_rotation(log, Rotation(record.base + cut_at, number, kept))
+        _write_rotation(log, Rotation(record.base + cut.log_from, number, kept))
         for gone in parts[: len(parts) - len(kept)]:
             with contextlib.suppress(FileNotFoundError):
                 part_path(log, gone.number).unlink()
@@ -294,13 +291,31 @@ def _line_start(fd: int, offset: int) -> int:
     return offset + newline if newline >= 0 else offset
 
 
+class _Cut(NamedTuple):
+    """What a rotation did, in the log's positions before it: the part holds [start, end), and
+    output.log now begins at `log_from` (past `end` where what was between is a gap)."""
+
+    start: int
+    end: int
+    log_from: int
+
+
+def _copy(fd: int, out: int, offset: int, limit: int) -> int:
+    """Copy the log from `offset` into `out`, up to `limit` or its end; returns where it
+    stopped."""
+    while offset < limit and (chunk := os.pread(fd, min(CHUNK_BYTES, limit - offset), offset)):
+        os.write(out, chunk)
+        offset += len(chunk)
+    return offset
+
+
 def _copy_then_collapse(
     fd: int, start: int, part: Path | None, like: os.stat_result
-) -> tuple[int, int] | None:
+) -> _Cut | None:
     """Copy the log from `start` to its last block boundary into `part`, then cut everything
     before that boundary off the log (gpudesk.joblog.collapse): what the job writes meanwhile
-    stays in the log, so nothing is lost. Returns the part's (start, end) in the log, or None
-    where the file system cannot cut (nothing changed; the caller copies and truncates)."""
+    stays in the log, so nothing is lost. None where the file system cannot cut (nothing
+    changed; the caller copies and truncates)."""
     end = collapse.collapsible_end(fd, like.st_size)
     if end is None or (part is not None and end <= start):
         return None  # a cap under a block: a part must not be empty
@@ -308,10 +323,7 @@ def _copy_then_collapse(
     if part is not None:
         out = _create(_tmp(part), like)
         try:
-            offset = start
-            while offset < end and (chunk := os.pread(fd, min(CHUNK_BYTES, end - offset), offset)):
-                os.write(out, chunk)
-                offset += len(chunk)
+            _copy(fd, out, start, end)
         finally:
             os.close(out)
     if not collapse.collapse_head(fd, end):
@@ -320,17 +332,15 @@ def _copy_then_collapse(
         return None
     if part is not None:
         os.replace(_tmp(part), part)
-    return start, end
+    return _Cut(start, end, end)
 
 
-def _copy_then_truncate(
-    fd: int, start: int, part: Path | None, like: os.stat_result
-) -> tuple[int, int]:
-    """Copy the log from `start` into `part` until it stops growing, then truncate it at once;
-    returns where the copy ended and the log's size at the truncation, as far as can be told.
-    A job that writes as fast as the copy reads would keep it going for ever, the part growing
-    past any cap on the engine's loop: the copy stops at twice what it had to copy, and what
-    the job wrote beyond is a gap in the stream (the two positions differ)."""
+def _copy_then_truncate(fd: int, start: int, part: Path | None, like: os.stat_result) -> _Cut:
+    """Copy the log from `start` into `part` until it stops growing, then truncate it at once
+    (`log_from`: the log's size at the truncation, as far as can be told). A job that writes
+    as fast as the copy reads would keep it going for ever, the part growing past any cap on
+    the engine's loop: the copy stops at twice what it had to copy, and what the job wrote
+    beyond is a gap in the stream."""
     offset = start
     limit = start + 2 * max(like.st_size - start, CHUNK_BYTES)
     out = None
@@ -338,12 +348,7 @@ def _copy_then_truncate(
         out = _create(_tmp(part), like)
     try:
         while True:
-            if out is None:
-                offset = os.fstat(fd).st_size
-            else:
-                while offset < limit and (chunk := os.pread(fd, CHUNK_BYTES, offset)):
-                    os.write(out, chunk)
-                    offset += len(chunk)
+            offset = os.fstat(fd).st_size if out is None else _copy(fd, out, offset, limit)
             size = os.fstat(fd).st_size
             if size == offset or offset >= limit:  # nothing new since the last read, or enough
                 os.ftruncate(fd, 0)
@@ -353,7 +358,7 @@ def _copy_then_truncate(
             os.close(out)
     if part is not None:
         os.replace(_tmp(part), part)
-    return offset, max(size, offset)
+    return _Cut(start, offset, max(size, offset))
 
 
 # -------------------------------------------------------------------------------- reading
