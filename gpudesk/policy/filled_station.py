@@ -11,6 +11,7 @@ import functools
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.demand import HEAVY_SM_PCT, Demand
@@ -111,14 +112,23 @@ PARAMS_KEPT = 8
 SIGNATURES_KEPT = 2048
 
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _kept(cache: dict[_K, _V], key: _K, limit: int, new: Callable[[], _V]) -> _V:
+    """`cache[key]`, made by `new` when missing; the cache emptied whole once it holds `limit`."""
+    value = cache.get(key)
+    if value is None:
+        if len(cache) >= limit:
+            cache.clear()
+        value = cache[key] = new()
+    return value
+
+
 def params_scores(key: ParamsKey) -> dict[Hashable, dict[ScoreKey, Scored]]:
     """The hosts' shared scores under these parameters, by `score_signature`."""
-    scores = _SCORES.get(key)
-    if scores is None:
-        if len(_SCORES) >= PARAMS_KEPT:
-            _SCORES.clear()
-        scores = _SCORES[key] = {}
-    return scores
+    return _kept(_SCORES, key, PARAMS_KEPT, dict)
 
 
 def score_signature(gpu: GpuState, share: str, foreign: bool) -> Hashable:
@@ -135,12 +145,7 @@ def shared_scores(
     scores: dict[Hashable, dict[ScoreKey, Scored]], signature: Hashable
 ) -> dict[ScoreKey, Scored]:
     """The scores every host of this `signature` shares (under one `params_scores`)."""
-    shared = scores.get(signature)
-    if shared is None:
-        if len(scores) >= SIGNATURES_KEPT:
-            scores.clear()
-        shared = scores[signature] = {}
-    return shared
+    return _kept(scores, signature, SIGNATURES_KEPT, dict)
 
 
 @dataclass(frozen=True)
