@@ -228,6 +228,7 @@ def submit(
     submit_job.add_preemption(raw, preemptible, preempt_signal, preempt_grace)
     extras = submit_extras.apply(raw, begin, comment, array, after_any, after_notok, notify)
     spec = submit_job.checked_spec(raw)
+    submit_job.check_gpu_hints(spec)
     if cluster is None:  # a Slurm job's folder is the cluster's to see
         submit_job.check_workdir_usable(cwd)
     refs = submit_job.after_refs(after)

@@ -127,6 +127,24 @@ def add_preemption(
         raw["preempt_grace_s"] = grace
 
 
+def check_gpu_hints(spec: JobSpec) -> None:
+    """--mem and --sm say how a job uses its GPU; given without --gpus (0 by default, as
+    sbatch gives none unless asked) they would be kept and the job started with no GPU at
+    all, where a training script falls back to the CPU or fails without a word about why."""
+    if spec.gpus == 0 and (spec.memory_gb is not None or spec.sm_pct is not None):
+        given = " and ".join(
+            option
+            for option, value in (("--mem", spec.memory_gb), ("--sm", spec.sm_pct))
+            if value is not None
+        )
+        fail(
+            f"{given} describe{'s' if ' and ' not in given else ''} the job's use of a GPU, "
+            "but it asks for none (--gpus is 0 unless given), so it would run with no GPU: "
+            "add --gpus N, or leave them out for a CPU job",
+            EXIT_USAGE,
+        )
+
+
 def checked_spec(raw: dict[str, Any]) -> JobSpec:
     """The job's spec; a field it refuses is reported as the option that gave it."""
     from gpudesk.core.jobs import JobSpec, SpecError
