@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpudesk import joblog
 from gpudesk.core.datasets import DatasetSpec
 from gpudesk.core.jobs import JobSpec
 from gpudesk.profile import Profile
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from gpudesk.api.models import JobView
 
 NO_PREPASS = ("full", "rs2")
+# What of a pre-pass job's log is searched for its output line (printed last): 1 MiB.
+PREPASS_TAIL_BYTES = 1 << 20
 
 
 def needs_prepass(selection: str | None) -> bool:
@@ -92,7 +94,9 @@ def prepass_output(job: JobView) -> dict[str, Any] | None:
     if not job.log:
         return None
     try:
-        text = Path(job.log).read_text(errors="replace")
+        # its stream's end, never the whole file: after a rotation on tmpfs or NFS, output.log
+        # begins with a hole as large as all the job printed before (gpudesk.joblog)
+        text = joblog.tail(job.log, PREPASS_TAIL_BYTES).decode("utf-8", "replace")
     except OSError:
         return None
     for line in reversed(text.splitlines()):

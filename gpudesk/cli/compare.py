@@ -20,7 +20,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpudesk.api.prepass import NO_PREPASS, Prepass, job_wall, record_prepass
@@ -35,7 +34,7 @@ from gpudesk.cli.select_kept import class_counts, kept_of
 from gpudesk.core.datasets import VARIANT_SEPARATOR, DatasetSpec
 from gpudesk.core.jobs import JobSpec
 from gpudesk.profile import Profile
-from gpudesk.results import last_result, metrics_of
+from gpudesk.results import read_metrics
 from gpudesk.selection.cache import SelectionCache
 from gpudesk.selection.preset_names import Preset, PresetError, parse_preset
 from gpudesk.text import quoted
@@ -344,8 +343,8 @@ class Comparison:
         if done.usage is not None:
             trial.train_cpu_s = done.usage.cpu_s
             trial.train_energy_j = done.usage.total_j
-        log = Path(done.log).read_text(errors="replace") if done.log else ""
-        metrics = metrics_of(last_result(log))
+        # the end of its log across rotations, never the whole file (gpudesk.results)
+        metrics = read_metrics(done.log) or {}
         if done.state != "succeeded":
             trial.problems.append(
                 f"{trial.label}: training job {job_id} {done.state}; see gpudesk logs {job_id}"
