@@ -2,9 +2,10 @@
 ENGINE_LOG_MAX_MIB.
 
 Every CHECK_EVERY_S the engine looks at the size of each running attempt's output.log and
-rotates the ones over the cap (gpudesk.joblog.rotate, copy-truncate). Every attempt that
-settled since the last look gets one last check, so its final log is capped too, including one
-that started and ended between two looks (`settled_logs`). A log grows by what its job writes
+rotates the ones over the cap (gpudesk.joblog.rotate: cut in place, a hole punched, or
+copy-truncate, as the file system allows). Every attempt that settled since the last look gets
+one last check, so its final log is capped too, including one that started and ended between
+two looks (`settled_logs`). A log grows by what its job writes
 between two looks beyond the cap (the slack), so disk use per attempt stays under about
 cap × (log_keep + 1) + what the job writes in CHECK_EVERY_S. A log whose lock someone holds
 is rotated despite it once LOCK_OVERRIDE_S have passed; until then it grows by what its job
@@ -14,7 +15,6 @@ writes in that time.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 
@@ -88,7 +88,7 @@ class LogCap:
             try:
                 rotated = joblog.rotate(path, cap, config.log_keep, despite_lock)
                 self._failing.discard(path)
-                if not rotated and _over(path, cap):  # a lock kept it from rotating
+                if not rotated and joblog.over_cap(path, cap):  # a lock kept it from rotating
                     self._locked_since.setdefault(path, now)
                 else:
                     self._locked_since.pop(path, None)
@@ -105,10 +105,3 @@ class LogCap:
             joblog.rotate(self._engine_log, ENGINE_LOG_MAX_MIB * BYTES_PER_MIB, ENGINE_LOG_KEEP)
         except OSError as exc:  # a full disk: the next look tries again
             log.warning("could not rotate %s: %s", self._engine_log, exc)
-
-
-def _over(path: str, cap: int) -> bool:
-    try:
-        return os.stat(path, follow_symlinks=False).st_size > cap
-    except OSError:
-        return False

@@ -10,7 +10,8 @@ In the attempt's folder (`jobs/<id>/<n>/`):
     output.log.N          the Nth part rotated out of it (N counts up: the highest is the
                           newest); only the newest `[station] log_keep` are kept
     output.log.rotation   a small JSON record: where output.log and each kept part sit in the
-                          attempt's whole output (the *stream*), as byte positions
+                          attempt's whole output (the *stream*), as byte positions, and where
+                          output.log's data begins (past a punched hole, below)
 
 The engine rotates (`rotate`, called by gpudesk.engine.logcap) when output.log is larger than the
 cap: its last `cap` bytes, up to its last block boundary, are copied into output.log.N, and
@@ -18,13 +19,17 @@ everything before that boundary is cut off output.log in place (gpudesk.joblog.c
 rest shifts down under the lock every write() takes); the job's O_APPEND writes go on at the
 new end, so the job notices nothing and nothing it writes is lost. The cut falls on a block
 boundary, not a line's end, so output.log may begin inside a line that the part ends. Where
-the file system cannot cut a file's head (tmpfs, NFS), the rotation copies and truncates
-instead. Two things can be lost, both recorded as a gap in the stream where they are known:
+the file system cannot cut a file's head but can punch a hole over it (tmpfs; NFS 4.2), the
+head's blocks are freed instead and nothing moves: output.log keeps its size and its data
+begins at the hole's end (`Rotation.data_from`), where every reader starts; nothing is lost
+there either. Only where it can do neither does the rotation copy and truncate. Two things can
+be lost, both recorded as a gap in the stream where they are known:
 - the head of output.log beyond the cap when a check finds it more than a cap over (a job that
   writes faster than the engine looks);
 - with copy-truncate only, what the job writes in the instant between the end of the copy and
   the truncation (whole write() calls: the copy reads on until the file stops growing, then
   truncates at once); that one is not known, so not recorded.
+The cap is measured against what output.log holds past its hole (`live_size`), not its size.
 
 Readers (`gpudesk logs [-f]`, the desk) address the stream by position (`LogStream`), so a
 follower reads across a rotation from the part that now holds what it had not read yet. Readers
@@ -83,12 +88,27 @@ class Part:
 
 @dataclass(frozen=True)
 class Rotation:
-    """The record: output.log's first byte is the stream's byte `base`; `parts` oldest first;
-    `rotations` the number of the newest part ever made."""
+    """The record: output.log's data begins at its byte `data_from` (0, or the end of a hole
+    punched over its head), which is the stream's byte `base`; `parts` oldest first;
+    `rotations` the number of the newest part ever made. A record without `data_from` (written
+    before holes were punched) reads as 0: its log has no hole."""
 
     base: int = 0
     rotations: int = 0
     parts: tuple[Part, ...] = field(default_factory=tuple)
+    data_from: int = 0
+
+    @property
+    def origin(self) -> int:
+        """The stream position of output.log's byte 0 (never negative: `data_from` <= `base`,
+        as every byte of the hole was the stream's); moved by a cut or a truncation, not by a
+        punched hole."""
+        return self.base - self.data_from
+
+    def live_size(self, size: int) -> int:
+        """What an output.log of `size` bytes holds past its hole: what the cap is measured
+        against (0 when its job truncated it below the hole)."""
+        return max(0, size - self.data_from)
 
     @property
     def dropped(self) -> int:
@@ -97,7 +117,14 @@ class Rotation:
 
     def to_json(self) -> str:
         parts = [[p.number, p.start, p.end] for p in self.parts]
-        return json.dumps({"base": self.base, "rotations": self.rotations, "parts": parts})
+        return json.dumps(
+            {
+                "base": self.base,
+                "rotations": self.rotations,
+                "parts": parts,
+                "data_from": self.data_from,
+            }
+        )
 
 
 def part_path(log: str | os.PathLike[str], number: int) -> Path:
@@ -129,8 +156,9 @@ def _record_bytes(path: Path) -> bytes:
 def parse_rotation(data: bytes) -> Rotation:
     """A record's bytes as a Rotation, every field checked: whole non-negative numbers, parts
     numbered 1 to `rotations` in increasing order, each a range of the stream after the one
-    before it and before `base`, at most MAX_RECORD_PARTS of them. Anything else is no record
-    (an empty Rotation), never an exception."""
+    before it and before `base`, at most MAX_RECORD_PARTS of them, `data_from` (0 when
+    missing) at most `base`. Anything else is no record (an empty Rotation), never an
+    exception."""
     try:
         value = json.loads(data)
     except (ValueError, RecursionError):
@@ -138,7 +166,10 @@ def parse_rotation(data: bytes) -> Rotation:
     if not isinstance(value, dict):
         return Rotation()
     base, rotations, parts = value.get("base"), value.get("rotations"), value.get("parts")
+    data_from = value.get("data_from", 0)
     if not (_record_number(base) and _record_number(rotations) and isinstance(parts, list)):
+        return Rotation()
+    if not (_record_number(data_from) and data_from <= base):
         return Rotation()
     if len(parts) > MAX_RECORD_PARTS:
         return Rotation()
@@ -153,7 +184,7 @@ def parse_rotation(data: bytes) -> Rotation:
         checked.append(part)
     if checked and checked[-1].end > base:
         return Rotation()
-    return Rotation(base, rotations, tuple(checked))
+    return Rotation(base, rotations, tuple(checked), data_from)
 
 
 def _record_number(value: object) -> TypeGuard[int]:
@@ -235,7 +266,9 @@ def rotate(log: str | os.PathLike[str], cap: int, keep: int, despite_lock: bool 
     """Rotate `log` when it is larger than `cap` bytes, keeping `keep` parts. Returns whether
     it rotated (False also when a reader holds the lock: the caller tries again later).
     `despite_lock`: rotate even when someone holds the lock, for a lock held far longer than
-    any reader's read (the job's own, gpudesk.engine.logcap), which must not lift the cap."""
+    any reader's read (the job's own, gpudesk.engine.logcap), which must not lift the cap.
+    Measured by what the log holds past its hole (`Rotation.live_size`): its size is at least
+    that, so a log no larger than the cap is left at once."""
     try:
         if os.stat(log, follow_symlinks=False).st_size <= cap:
             return False
@@ -251,25 +284,40 @@ def rotate(log: str | os.PathLike[str], cap: int, keep: int, despite_lock: bool 
                 return False
         st = os.fstat(fd)
         size = st.st_size
-        if size <= cap:
-            return False
         record = read_rotation(log)
+        if record.live_size(size) <= cap:
+            return False
         number = record.rotations + 1
         for path in _rotation_files(log, number):
             _refuse_folder(path)
-        start = _line_start(fd, size - cap) if keep else size
+        start = _line_start(fd, size - cap) if keep else size  # past the hole: size - cap is
         part = part_path(log, number) if keep else None
-        # a file system that cannot cut a file's head: the old way
-        cut = _copy_then_collapse(fd, start, part, st) or _copy_then_truncate(fd, start, part, st)
-        parts = (*record.parts, Part(number, record.base + cut.start, record.base + cut.end))
+        # a file system that can neither cut a file's head nor punch a hole: the old way
+        cut = (
+            _copy_then_cut(fd, start, part, st, punch=False)
+            or _copy_then_cut(fd, start, part, st, punch=True)
+            or _copy_then_truncate(fd, start, part, st)
+        )
+        origin = record.origin  # the cut's positions are the log's: in the stream from here
+        parts = (*record.parts, Part(number, origin + cut.start, origin + cut.end))
         kept = parts[-keep:] if keep else ()
-        _write_rotation(log, Rotation(record.base + cut.log_from, number, kept))
+        _write_rotation(log, Rotation(origin + cut.log_from, number, kept, cut.data_from))
         for gone in parts[: len(parts) - len(kept)]:
             with contextlib.suppress(FileNotFoundError):
                 part_path(log, gone.number).unlink()
         return True
     finally:
         os.close(fd)  # also releases the lock
+
+
+def over_cap(log: str | os.PathLike[str], cap: int) -> bool:
+    """Whether the log holds more than `cap` bytes past its hole (`Rotation.live_size`): not
+    its size, which a hole punched over its head leaves growing. False when it is gone."""
+    try:
+        size = os.stat(log, follow_symlinks=False).st_size
+    except OSError:
+        return False
+    return size > cap and read_rotation(log).live_size(size) > cap
 
 
 def _rotation_files(log: str | os.PathLike[str], number: int) -> tuple[Path, ...]:
@@ -293,11 +341,13 @@ def _line_start(fd: int, offset: int) -> int:
 
 class _Cut(NamedTuple):
     """What a rotation did, in the log's positions before it: the part holds [start, end), and
-    output.log now begins at `log_from` (past `end` where what was between is a gap)."""
+    output.log's data now begins at `log_from` (past `end` where what was between is a gap);
+    in its positions after it, at `data_from` (0, or the end of the hole punched)."""
 
     start: int
     end: int
     log_from: int
+    data_from: int = 0
 
 
 def _copy(fd: int, out: int, offset: int, limit: int) -> int:
@@ -309,14 +359,16 @@ def _copy(fd: int, out: int, offset: int, limit: int) -> int:
     return offset
 
 
-def _copy_then_collapse(
-    fd: int, start: int, part: Path | None, like: os.stat_result
+def _copy_then_cut(
+    fd: int, start: int, part: Path | None, like: os.stat_result, punch: bool
 ) -> _Cut | None:
     """Copy the log from `start` to its last block boundary into `part`, then cut everything
-    before that boundary off the log (gpudesk.joblog.collapse): what the job writes meanwhile
-    stays in the log, so nothing is lost. None where the file system cannot cut (nothing
-    changed; the caller copies and truncates)."""
-    end = collapse.collapsible_end(fd, like.st_size)
+    before that boundary off the log, or (`punch`) punch a hole over it
+    (gpudesk.joblog.collapse): what the job writes meanwhile stays in the log, so nothing is
+    lost. Only on the descriptor opened and checked: no name in the folder is acted on but the
+    part's. None where the file system cannot (nothing changed; the caller tries the next
+    way)."""
+    end = (collapse.punchable_end if punch else collapse.collapsible_end)(fd, like.st_size)
     if end is None or (part is not None and end <= start):
         return None  # a cap under a block: a part must not be empty
     start = min(start, end)
@@ -326,13 +378,13 @@ def _copy_then_collapse(
             _copy(fd, out, start, end)
         finally:
             os.close(out)
-    if not collapse.collapse_head(fd, end):
+    if not (collapse.punch_head if punch else collapse.collapse_head)(fd, end):
         if part is not None:
             _tmp(part).unlink()
         return None
     if part is not None:
         os.replace(_tmp(part), part)
-    return _Cut(start, end, end)
+    return _Cut(start, end, end, end if punch else 0)
 
 
 def _copy_then_truncate(fd: int, start: int, part: Path | None, like: os.stat_result) -> _Cut:
@@ -421,7 +473,8 @@ class LogStream:
             if position < record.base:
                 skipped += record.base - position
                 position = record.base
-            data = os.pread(fd, limit, position - record.base)
+            # past a punched hole, never the hole's NULs: the stream's `base` is its end
+            data = os.pread(fd, limit, position - record.origin)
         finally:
             os.close(fd)
         if not data and not skipped:
@@ -458,7 +511,8 @@ def stream_end(log: str | os.PathLike[str], owner_uid: int | None = None, wait: 
         return 0
     try:
         _lock_shared(fd, wait)
-        return read_rotation(log).base + os.fstat(fd).st_size
+        record = read_rotation(log)
+        return record.base + record.live_size(os.fstat(fd).st_size)
     finally:
         os.close(fd)
 

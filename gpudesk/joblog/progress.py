@@ -64,9 +64,12 @@ class ProgressReader:
         self.owner_uid = owner_uid
         self._partial = b""  # an unfinished last line
         self._skipping = False  # inside a line too long to be a progress line (or cut)
-        # where the log's first byte sits in the attempt's whole output (gpudesk.joblog's
-        # rotation record): a rotation moves it, and says how far to shift `offset`
-        self._base = read_rotation(path).base
+        # where the log's byte 0 sits in the attempt's whole output (gpudesk.joblog's rotation
+        # record): a cut moves it, and says how far to shift `offset`; a punched hole does not
+        # move it, and says where the log's data begins
+        record = read_rotation(path)
+        self._origin = record.origin
+        self._skip_hole(record.data_from)
 
     @classmethod
     def from_end(cls, path: str, owner_uid: int | None = None) -> ProgressReader:
@@ -93,7 +96,7 @@ class ProgressReader:
             size = os.fstat(fd).st_size
             if size != self.offset:
                 self._follow_rotation(size)
-            if size == self.offset:
+            if size <= self.offset:  # nothing new (or truncated by its job below its hole)
                 return []
             if size - self.offset > MAX_READ_BYTES:
                 # too much to read each tick: only the newest bytes, from a line's start
@@ -107,18 +110,25 @@ class ProgressReader:
         return self._lines(data)
 
     def _follow_rotation(self, size: int) -> None:
-        """Keep reading where it left off across a rotation, which cuts the log's head off
-        (gpudesk.joblog.rotate; its record says by how much). What was cut and not yet read
-        is skipped to the next line: the log may now begin inside a line, whose end could
-        read as a progress line of its own ("step 3 progress 5" cut before "progress")."""
-        base = read_rotation(self.path).base
-        moved, self._base = base - self._base, base
+        """Keep reading where it left off across a rotation, which cuts the log's head off or
+        punches a hole over it (gpudesk.joblog.rotate; its record says by how much, or where
+        the hole ends). What was cut and not yet read is skipped to the next line: the log may
+        now begin inside a line, whose end could read as a progress line of its own ("step 3
+        progress 5" cut before "progress"); a hole is never read (its NULs)."""
+        record = read_rotation(self.path)
+        moved, self._origin = record.origin - self._origin, record.origin
         if 0 < moved <= self.offset:  # all it had not read is still in the log
             self.offset -= moved
         elif moved > 0:
             self.offset, self._partial, self._skipping = 0, b"", True
         elif size < self.offset:  # truncated by its job: start again
             self.offset, self._partial, self._skipping = 0, b"", False
+        self._skip_hole(record.data_from)
+
+    def _skip_hole(self, data_from: int) -> None:
+        """Start past a hole punched over the log's head, inside a line (as after a cut)."""
+        if self.offset < data_from:
+            self.offset, self._partial, self._skipping = data_from, b"", True
 
     def _lines(self, data: bytes) -> list[ProgressLine]:
         *complete, rest = data.split(b"\n")

@@ -11,14 +11,24 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle, can_cut_head, wait_for
+from conftest import (
+    EngineHandle,
+    can_cut_head,
+    can_punch_head,
+    home_at,
+    rotates_losslessly,
+    wait_for,
+)
 
 from gpudesk import joblog
 from gpudesk.paths import Home
@@ -174,10 +184,10 @@ def test_logs_follow_reads_on_across_rotations(home: Home, tmp_path: Path) -> No
     expected = 8 * MIB // 128
     assert followed.stdout.rstrip().endswith(b"the last line %d" % expected)
     # Every gap in the numbering is announced where it happens (output rotated away before
-    # the follower read it, e.g. while it started). Where the file system cannot cut a log's
-    # head (tmpfs, NFS), rotation copies and truncates and loses the write() calls in flight
-    # at a truncation, unannounced.
-    unannounced_allowed = 0 if can_cut_head(home.root) else 0.02 * expected
+    # the follower read it, e.g. while it started). Where the file system can neither cut a
+    # log's head nor punch a hole over it, rotation copies and truncates and loses the write()
+    # calls in flight at a truncation, unannounced.
+    unannounced_allowed = 0 if rotates_losslessly(home.root) else 0.02 * expected
     printed, unexplained, announced = [], 0, False
     for line in followed.stdout.splitlines():
         if b"rotated away" in line:
@@ -204,3 +214,88 @@ def test_a_log_with_a_second_name_is_never_truncated(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="second name"):
         joblog.rotate(log, MIB, 1)
     assert other.read_bytes() == b"z" * (2 * MIB)
+
+
+# Numbered lines as PRINTER's, and after each MiB a progress line: `progress MIB/TOTAL`.
+PROGRESS_PRINTER = PRINTER.replace(
+    "out.write(block)\n",
+    'out.write(block + b"progress %d/%d\\n" % (mib + 1, int(total_mib)))\n',
+)
+assert PROGRESS_PRINTER != PRINTER
+
+
+@pytest.fixture
+def shm_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
+    """A home on tmpfs (/dev/shm), removed after: its jobs' logs are rotated by punching a hole
+    over their heads (gpudesk.joblog), as on NFS 4.2."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    folder = Path(tempfile.mkdtemp(prefix="gpudesk-", dir="/dev/shm"))
+    try:
+        if can_cut_head(folder) or not can_punch_head(folder):
+            pytest.skip("/dev/shm here is not a file system that only punches holes")
+        with home_at(folder / "home", monkeypatch) as home:
+            yield home
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.timeout(90)
+def test_a_log_on_tmpfs_is_capped_by_holes_and_read_whole_across_them(
+    shm_home: Home, tmp_path: Path
+) -> None:
+    """On tmpfs a rotation punches a hole over the log's head: its blocks are freed, its size
+    keeps growing, nothing the job writes is lost. `gpudesk logs` (whole and followed) never
+    shows the hole's NULs and announces every gap; the engine's progress reader reads the
+    progress lines the job printed past the holes."""
+    total_mib, cap_mib = 12, 1
+    engine = EngineHandle(shm_home)
+    engine.start(log_max_mb=cap_mib, log_keep=1)
+    script = tmp_path / "printer.py"
+    script.write_text(PROGRESS_PRINTER)
+    command = [sys.executable, str(script), str(total_mib), "4", "4"]  # 4 MiB/s, 4 s nap
+    (job_id,) = engine.submit({"name": "printer", "command": command})
+    env = {**os.environ, "GPUDESK_HOME": str(shm_home.root)}
+    out = tmp_path / "followed.out"
+    with open(out, "wb") as into:
+        follower = subprocess.Popen([*GPUDESK, "logs", "-f", str(job_id)], stdout=into, env=env)
+    try:
+        # past every hole, while it naps: its last progress line, read by the engine
+        wait_for(
+            lambda: (view := engine.job(job_id).remaining) is not None and view.done == total_mib,
+            20.0,
+            what="the engine to read the last progress line",
+        )
+        assert engine.job(job_id).state == "running"
+        assert follower.wait(timeout=30) == 0
+    finally:
+        follower.kill()
+        follower.wait()
+    followed = out.read_bytes()
+
+    expected = total_mib * MIB // 128
+
+    whole = gpudesk(shm_home, "logs", str(job_id))
+    assert whole.returncode == 0, whole.stderr
+    for shown in (followed, whole.stdout):
+        assert b"\0" not in shown
+        assert shown.rstrip().endswith(b"the last line %d" % expected)
+        printed, announced = [], False
+        for line in shown.splitlines():
+            if b"rotated away" in line:
+                announced = True
+            elif match := LINE.match(line):
+                number = int(match.group(1))
+                if printed and not announced:
+                    assert number == printed[-1] + 1, f"line {number} after {printed[-1]}"
+                printed.append(number)
+                announced = False
+        assert printed[-1] == expected - 1
+    assert len(numbers(followed)) >= expected / 2
+
+    log = shm_home.attempt_dir(job_id, 1) / "output.log"
+    record = joblog.read_rotation(log)
+    assert record.data_from > 0, record  # punched, not truncated
+    # its size is all it was written; its disk use, the cap and what came since the last look
+    assert log.stat().st_size >= total_mib * MIB
+    assert log.stat().st_blocks * 512 <= (cap_mib + 3) * MIB
