@@ -290,7 +290,7 @@ def rotate(log: str | os.PathLike[str], cap: int, keep: int, despite_lock: bool 
         number = record.rotations + 1
         for path in _rotation_files(log, number):
             _refuse_folder(path)
-        start = _line_start(fd, size - cap) if keep else size  # past the hole: size - cap is
+        start = _line_start(fd, size - cap) if keep else size  # past any hole: live > cap
         part = part_path(log, number) if keep else None
         # a file system that can neither cut a file's head nor punch a hole: the old way
         cut = (
