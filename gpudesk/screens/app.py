@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-import subprocess
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from gpudesk.screens.help import HelpScreen
 from gpudesk.screens.job import JobScreen, LogScreen
 from gpudesk.screens.loaders import LoadersScreen
 from gpudesk.screens.mig import MigScreen
+from gpudesk.screens.pager import page_job_log
 from gpudesk.screens.processes import ProcessesScreen
 from gpudesk.screens.queue import QueueScreen
 from gpudesk.screens.state import DeskState
@@ -417,14 +417,13 @@ class DeskApp(App[str]):
         self.push_screen(LogScreen(job))
 
     def page_log(self, job: JobView) -> None:
-        path = job.log
-        if not path:
+        if not job.log:
             self.notify(f"job {job.id} has no log yet", severity="warning")
             return
         pager = shlex.split(os.environ.get("PAGER") or "less -R +G")
         try:
             with self.suspend():
-                subprocess.call([*pager, path])
+                page_job_log(job.id, pager)
         except Exception as exc:  # no terminal to hand over (headless, a web driver)
             self.notify(
                 f"cannot open $PAGER here ({type(exc).__name__}); showing the log pane instead",

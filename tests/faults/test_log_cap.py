@@ -299,3 +299,24 @@ def test_a_log_on_tmpfs_is_capped_by_holes_and_read_whole_across_them(
     # its size is all it was written; its disk use, the cap and what came since the last look
     assert log.stat().st_size >= total_mib * MIB
     assert log.stat().st_blocks * 512 <= (cap_mib + 3) * MIB
+
+
+def test_the_desk_pages_the_whole_stream_not_output_log_alone(home: Home, tmp_path: Path) -> None:
+    """The desk's "open its log in $PAGER" (gpudesk.screens.pager) gives the pager what
+    `gpudesk logs` prints: the rotated parts and output.log, not output.log by its path (which
+    lacks the parts, and on tmpfs begins with the hole's NULs)."""
+    from gpudesk.screens.pager import page_job_log
+
+    engine = EngineHandle(home)
+    engine.start(log_max_mb=1, log_keep=2)
+    (job_id,) = engine.submit(printer_job(tmp_path, 3, 0))
+    engine.wait_state(job_id, "succeeded")
+    record = home.attempt_dir(job_id, 1) / "output.log.rotation"
+    wait_for(record.exists, 20.0, what="the settled log's last check to rotate it")
+    paged = tmp_path / "paged.out"
+    assert page_job_log(job_id, ["sh", "-c", f"cat > {paged}"]) == 0
+    shown = paged.read_bytes()
+    assert shown == gpudesk(home, "logs", str(job_id)).stdout
+    live = (home.attempt_dir(job_id, 1) / "output.log").read_bytes()
+    assert len(shown) > len(live) and shown.endswith(live.lstrip(b"\0"))
+    assert b"\0" not in shown and shown.rstrip().endswith(b"the last line %d" % (3 * MIB // 128))
