@@ -55,6 +55,16 @@ class Demand:
     # Why its memory figure is not used ("" where it is): a hint above what a GPU offers
     # (`hint_unknown`). Such a job is placed for the room it gets, not for the figure.
     unknown: str = ""
+    # Its SM share is DEFAULT_SM_PCT, an assumption: neither its hints nor any run measured one
+    # (a memory hint alone makes `source` "hint"; what it is told says which figure is whose)
+    sm_assumed: bool = False
+
+    @property
+    def sm_text(self) -> str:
+        """Its SM share as a reason gives it: "60% SM (assumed: no SM hint or measure)"."""
+        return f"{self.sm_pct:.0f}% SM" + (
+            " (assumed: no SM hint or measure)" if self.sm_assumed else ""
+        )
 
     @property
     def heavy(self) -> bool:
@@ -157,7 +167,8 @@ def from_hints(
         return history
     memory, sm = hinted(memory_gb, sm_pct, history)
     source = "hint" if memory_gb is not None or sm_pct is not None else "default"
-    return Demand(memory, sm, source)
+    assumed = sm_pct is None and (history is None or history.sm_assumed)
+    return Demand(memory, sm, source, sm_assumed=assumed)
 
 
 def hinted(

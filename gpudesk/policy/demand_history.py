@@ -81,7 +81,7 @@ class DemandHistory:
             kin = self.families.get(owned(job))
             if kin is not None and kin.memory_mib:
                 sm = kin.sm_pct if kin.sm_pct is not None else DEFAULT_SM_PCT
-                history = Demand(kin.memory_mib, sm, FAMILY_SOURCE)
+                history = Demand(kin.memory_mib, sm, FAMILY_SOURCE, sm_assumed=kin.sm_pct is None)
         demand = from_hints(job.spec.memory_gb, job.spec.sm_pct, history)
         # only a memory hint is corrected (an SM hint alone makes the source "hint" too)
         return self.hint_ratios.corrected(owned(job), demand) if job.spec.memory_gb else demand

@@ -54,7 +54,7 @@ def idle_share_reason(gpu: GpuState, share: str, demand: Demand, mode: str) -> s
     """Why a job alone on an idle GPU starts as a sharing tenant (`share`: "mps" or "naive")
     rather than holding the whole GPU: a one-GPU job that need not run alone leaves room for
     the jobs after it, under MPS where the GPU's server can take it."""
-    asks = f"{demand.sm_pct:.0f}% SM and {gib(demand.memory_mib)} ({demand.source})"
+    asks = f"{demand.sm_text} and {gib(demand.memory_mib)} ({demand.source})"
     if share == "mps":
         return f"MPS, not the whole GPU: it asks for {asks}, so later jobs may share the GPU"
     if mode == "naive":

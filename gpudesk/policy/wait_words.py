@@ -30,7 +30,7 @@ def waiting_text(
         f"needs {job.spec.gpus} idle GPUs"
         if job.spec.gpus > 1 or demand.exclusive
         else f"needs {gib(demand.admit_mib)} + {gib(margin_mib(demand))} margin and "
-        f"{demand.sm_pct:.0f}% SM, and a GPU where sharing is predicted to gain"
+        f"{demand.sm_text}, and a GPU where sharing is predicted to gain"
         + (" even with its costs at the top of their range" if robust else "")
     )
     parts = [f"waiting ({demand.source} demand: {need})"]

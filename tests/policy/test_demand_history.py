@@ -51,3 +51,22 @@ def test_the_folds_keep_the_largest_peak_and_the_mean() -> None:
     history.fold_command("k", 100.0, 10.0)
     history.fold_command("k", 50.0, 30.0)
     assert history.history["k"] == (100.0, 20.0, 2)
+
+
+def test_a_reason_says_when_the_sm_share_is_an_assumption() -> None:
+    """A job with a memory hint and no SM hint is placed for DEFAULT_SM_PCT, which its reasons
+    say is assumed (a user reading "it asks for 60% SM" never said 60 %); a hinted or measured
+    share is stated plainly."""
+    from gpudesk.policy.demand import DEFAULT_SM_PCT, from_hints
+
+    assumed = from_hints(10.0, None)
+    assert (assumed.source, assumed.sm_pct, assumed.sm_assumed) == ("hint", DEFAULT_SM_PCT, True)
+    assert assumed.sm_text == f"{DEFAULT_SM_PCT:.0f}% SM (assumed: no SM hint or measure)"
+    assert from_hints(None, None).sm_assumed
+    assert not from_hints(10.0, 30.0).sm_assumed and from_hints(10.0, 30.0).sm_text == "30% SM"
+    assert not from_hints(None, 25.0).sm_assumed
+
+    ran, sibling = job(1, "0.1"), job(2, "0.2")
+    history = DemandHistory({}, {}, HintRatios())
+    history.fold_family(owned(ran), 6000.0, 30.0)  # its family's runs measured 30 %
+    assert history.of(sibling).sm_text == "30% SM"
