@@ -106,6 +106,29 @@ def test_the_events_of_a_submission_in_parts_say_why_it_was_held_not_by_user(
     assert holds(engine, gate) == [("hold", "held by user"), ("release", "released by user")]
 
 
+def test_in_parts_goes_only_with_a_held_submit_and_counts_its_part(engine: EngineHandle) -> None:
+    """`in_parts` says the client holds a part until all of its submission is queued: on a
+    submit that is not held (or a check of one) it would mean nothing, and counts that cannot
+    hold this part would be said in its jobs' events. Each is refused, naming the argument, and
+    nothing is queued (before: accepted, the jobs queued unheld, `in_parts` dropped)."""
+    jobs, unheld = [s.to_dict() for s in specs(3)], "only a held submit is one of a submission's"
+    for op, extra, said in (
+        ("submit", {}, unheld),
+        ("check_submit", {}, unheld),
+        ("submit", {"hold": True, "in_parts": {"jobs": 2, "parts": 1}}, "3 jobs, more than the 2"),
+        ("submit", {"hold": True, "in_parts": {"jobs": 3, "parts": 4}}, "cannot be sent in 4"),
+    ):
+        args = {"in_parts": {"jobs": 6, "parts": 2}} | extra
+        with pytest.raises(EngineError) as refused:
+            engine.client.request(op, jobs=jobs, **args)
+        assert refused.value.code == "invalid_args", (op, args)
+        assert str(refused.value).startswith("in_parts: "), refused.value
+        assert said in str(refused.value), refused.value
+    assert not engine.api.jobs(archived=True)
+    taken = engine.client.request("submit", jobs=jobs, hold=True, in_parts={"jobs": 3, "parts": 1})
+    assert len(taken["ids"]) == 3
+
+
 # An engine from before `in_parts`: its submit's arguments (release's were JobRefsArgs)
 class SubmitArgsBefore(OpArgs, frozen=True):
     jobs: list[dict[str, Any]]

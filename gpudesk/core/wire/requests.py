@@ -104,6 +104,27 @@ class SubmitArgs(OpArgs, frozen=True):
     hold: bool = False
     in_parts: InParts | None = None
 
+    def in_parts_problem(self) -> str | None:
+        """Why `in_parts` means nothing here (the engine refuses it, not take it silently):
+        it goes with `hold`, and its counts must hold this part, as its jobs' events say them."""
+        whole = self.in_parts
+        if whole is None:
+            return None
+        if not self.hold:
+            return (
+                "in_parts: only a held submit is one of a submission's parts (its client holds "
+                "each part until all are queued, then releases them): give 'hold': true with "
+                "it, or leave it out"
+            )
+        if len(self.jobs) > whole.jobs:
+            return (
+                f"in_parts: this part has {len(self.jobs):,} jobs, more than the "
+                f"{whole.jobs:,} of its whole submission"
+            )
+        if whole.parts > whole.jobs:
+            return f"in_parts: {whole.jobs:,} jobs cannot be sent in {whole.parts:,} parts"
+        return None
+
 
 class JobsArgs(OpArgs, frozen=True):
     """`jobs`: a page of the listing (docs/protocol.md says how the cursors combine)."""

@@ -9,11 +9,7 @@ from typing import Any
 
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
-from gpudesk.core.jobs import (
-    JobSpec,
-    SpecError,
-    check_env,
-)
+from gpudesk.core.jobs import JobSpec, SpecError, check_env
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import SubmitResult
@@ -74,6 +70,8 @@ class SubmitRequests(Requests):
         passed; raises ProtocolError naming the first that failed. More than
         MAX_STATION_SUBMIT_JOBS for the station are refused first, as too large: the client
         sends them in parts (core/protocol.py says why)."""
+        if problem := args.in_parts_problem():
+            raise ProtocolError(protocol.INVALID_ARGS, problem)
         most = protocol.MAX_STATION_SUBMIT_JOBS
         if len(args.jobs) > most and not any(job.get("cluster") for job in args.jobs):
             raise ProtocolError(
