@@ -7,10 +7,12 @@ action did to a job (`JobOutcome`), which gpudesk.policy.job_changes decides."""
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpudesk.core.jobs import JobState
-from gpudesk.core.records import JobRecord
+from gpudesk.core.records import EventRecord, JobRecord
 from gpudesk.core.wire.requests import InParts
 from gpudesk.text import safe_text
 
@@ -26,6 +28,30 @@ def hold_event(held: bool, in_parts: InParts | None = None) -> str:
         return f"released: {whole} are queued"
     sent = f" (sent in {in_parts.parts:,} parts)" if in_parts.parts > 1 else ""
     return f"held until {whole} are queued{sent}"
+
+
+# hold_event's words for a part of a submission sent in parts: its jobs, and its parts if several
+_HELD_IN_PARTS = re.compile(
+    r"held until all ([\d,]+) jobs of its submission are queued(?: \(sent in ([\d,]+) parts\))?"
+)
+
+
+def held_text(job_id: int, events: Sequence[EventRecord]) -> str:
+    """Why a held job waits (`gpudesk show`), from its latest hold event (`hold_event`'s): its
+    user's hold, or its client's while the job's submission arrives in parts, which the client
+    releases once the last part is in; the user's `gpudesk release` is for a client that
+    stopped before that (its parts stay held), not to be done meanwhile."""
+    said = next((event.message for event in reversed(events) if event.kind == "hold"), "")
+    found = _HELD_IN_PARTS.fullmatch(said)
+    if found is None:
+        return f"held: it will not start until released (gpudesk release {job_id})"
+    sent = f" in {found[2]} parts" if found[2] else ""
+    return (
+        f"held: part of a submission of {found[1]} jobs still arriving{sent}; it starts once "
+        "the last part is in (its client then releases them all). Only if the client stopped "
+        f"before that do its parts stay held: then `gpudesk release {job_id}` and the rest of "
+        "them"
+    )
 
 
 @dataclass(frozen=True)

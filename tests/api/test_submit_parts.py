@@ -129,6 +129,31 @@ def test_in_parts_goes_only_with_a_held_submit_and_counts_its_part(engine: Engin
     assert len(taken["ids"]) == 3
 
 
+def test_show_of_a_part_still_held_says_its_submission_is_arriving_not_to_release_it(
+    engine: EngineHandle, gpudesk
+) -> None:
+    """While a submission's parts go in, its jobs are held by the client, which releases them
+    once the last part is in: `show` says so, and that `gpudesk release` is needed only where
+    the client stopped before (before: "held: it will not start until released (gpudesk
+    release N)", as if the user had to). A job its user held again after says the user's."""
+    (gate,) = engine.api.submit_jobs(specs(1), hold=True).ids  # none of the others may start
+    part = [s.to_dict() for s in specs(3, after=(gate,))]  # the first of 2, as the client sends
+    ids = engine.client.request("submit", jobs=part, hold=True, in_parts={"jobs": 6, "parts": 2})
+    job_id = ids["ids"][0]
+    assert engine.show(job_id).waiting == (
+        "held: part of a submission of 6 jobs still arriving in 2 parts; it starts once the "
+        "last part is in (its client then releases them all). Only if the client stopped "
+        f"before that do its parts stay held: then `gpudesk release {job_id}` and the rest of "
+        "them"
+    )
+    code, out, _ = gpudesk("show", str(job_id))
+    assert code == 0 and "still arriving in 2 parts" in " ".join(out.split()), out
+    assert engine.api.release([job_id])[0].outcome == "released"
+    assert engine.api.hold([job_id])[0].outcome == "held"
+    plain = f"held: it will not start until released (gpudesk release {job_id})"
+    assert engine.show(job_id).waiting == plain
+
+
 # An engine from before `in_parts`: its submit's arguments (release's were JobRefsArgs)
 class SubmitArgsBefore(OpArgs, frozen=True):
     jobs: list[dict[str, Any]]

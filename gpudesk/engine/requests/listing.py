@@ -14,17 +14,12 @@ import msgspec
 from gpudesk import joblog
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
+from gpudesk.core.job_changes import held_text
 from gpudesk.core.jobs import JobState
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.core.spec_view import spec_view
-from gpudesk.core.wire.jobs import (
-    DamagedJob,
-    JobDetail,
-    JobList,
-    JobView,
-    LogChunk,
-)
+from gpudesk.core.wire.jobs import DamagedJob, JobDetail, JobList, JobView, LogChunk
 from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
 from gpudesk.engine.backends.base import JobsView, OwnerRead
 from gpudesk.engine.live_attempt import LiveAttempt
@@ -175,9 +170,9 @@ class ListingRequests(Requests):
         view = backend.view([job])
         views = [self.job_reply(job, caller, view)]
         self._add_wait_reasons([job], views, lambda _job: view)
-        waiting = None
-        if job.state is JobState.QUEUED and job.held:
-            waiting = f"held: it will not start until released (gpudesk release {job.id})"
+        events, waiting = parts.store.events(job.id), None
+        if job.state is JobState.QUEUED and job.held:  # by its user, or its client (in parts)
+            waiting = held_text(job.id, events)
         elif job.state is JobState.QUEUED:
             waiting = backend.explain(job)
         env = None
@@ -192,7 +187,7 @@ class ListingRequests(Requests):
         return JobDetail(
             job=views[0],
             attempts=view.attempts(job),
-            events=[e.view() for e in parts.store.events(job.id)],
+            events=[e.view() for e in events],
             waiting=waiting,
             usage=self._usage([job.id]).get(job.id),
             env=env,
