@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.policy import job_gates
+from gpudesk.policy.job_gates import NEVER_RAN
 
-# How a dependency's cancel reason ends once the job is cancelled, and how the same reason reads
-# while its cancel waits for a later turn of the loop (`gpudesk show` of a job still queued).
-NEVER_RAN = "this job never ran"
+# How a dependency's cancel reason (its NEVER_RAN, once the job is cancelled) reads while its
+# cancel waits for a later turn of the loop (`gpudesk show` of a job still queued).
 WILL_NOT_RUN = "it will not run"
 
 

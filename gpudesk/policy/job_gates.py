@@ -15,6 +15,9 @@ from gpudesk.core.records import JobRecord
 from gpudesk.policy.policy import Decision
 
 BEGIN_TIME = "BeginTime"
+# How a dependency's cancel reason ends once the job is cancelled (here and in
+# policy/dependencies.py, whose pending_cancel says it "will not run" while it is still queued)
+NEVER_RAN = "this job never ran"
 ARRAY_LIMIT = "JobArrayTaskLimit"
 
 
@@ -102,8 +105,7 @@ def other_dependencies(
         elif must_fail and dependency.state is JobState.SUCCEEDED:
             return None, (
                 f"job {dependency.id} ({dependency.name}), which it runs after only if it did "
-                "not succeed (afternotok), succeeded; this job never ran "
-                "(DependencyNeverSatisfied)"
+                f"not succeed (afternotok), succeeded; {NEVER_RAN} (DependencyNeverSatisfied)"
             )
     return waiting_on, ""
 
