@@ -272,8 +272,8 @@ def test_the_engine_queues_at_most_its_part_size_on_the_station_in_one_request(
     engine: EngineHandle,
 ) -> None:
     """A submit is one transaction on the engine's loop: more than MAX_STATION_SUBMIT_JOBS (500:
-    ~35 ms) are refused whole, as too large, naming the bound (the client then sends parts);
-    that many are queued in one request."""
+    ~35 ms) are refused whole, as too large, naming the bound (the client then sends parts; a
+    client from before parts is told to upgrade); that many are queued in one request."""
     most = MAX_STATION_SUBMIT_JOBS
     assert most == PART_JOBS
     with pytest.raises(EngineError) as refused:
@@ -281,6 +281,9 @@ def test_the_engine_queues_at_most_its_part_size_on_the_station_in_one_request(
     assert refused.value.code == TOO_LARGE
     assert f"one request queues at most {most} jobs on the station" in str(refused.value)
     assert f"this one has {most + 1}" in str(refused.value)
+    # only a client from before parts (or a request of one's own) sends more: it is told to
+    # upgrade, not that `gpudesk submit` sends parts, which that user had just run
+    assert "older than this engine; upgrade gpudesk where you submit from" in str(refused.value)
     assert not engine.api.jobs(archived=True)
     held = engine.client.request("submit", jobs=[s.to_dict() for s in specs(most)], hold=True)
     assert len(held["ids"]) == most

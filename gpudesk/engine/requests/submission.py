@@ -78,8 +78,10 @@ class SubmitRequests(Requests):
                 protocol.TOO_LARGE,
                 f"one request queues at most {most:,} jobs on the station (it holds the "
                 f"engine's loop, which serves every user, ~35 ms for {most:,}), and this one "
-                f"has {len(args.jobs):,}: send them in parts of {most:,} (gpudesk's client, "
-                "`gpudesk submit` and `gpudesk run` do)",
+                f"has {len(args.jobs):,}. gpudesk's client sends that many in parts of "
+                f"{most:,} itself (`gpudesk submit`, `gpudesk run`, the API's submit): one that "
+                "sent them in one request is older than this engine; upgrade gpudesk where you "
+                f"submit from, or submit at most {most:,} jobs at once",
             )
         specs: list[JobSpec] = []
         known: set[int] = set()  # the job ids named so far that exist: each looked up once
