@@ -17,6 +17,7 @@ from conftest import EngineInProcess
 from test_placement_failure_slices import commits_ending_jobs  # same folder: on sys.path
 
 from gpudesk.core.jobs import JobSpec, JobState
+from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.offloop import SLICE_JOBS
 from gpudesk.engine.store.database import Store
@@ -143,3 +144,32 @@ def test_a_turns_cancels_and_placement_failures_share_one_slice(
             )
         )
     assert ended == [(200, SLICE_JOBS - 200), (200, 100)]
+
+
+def test_the_jobs_a_turn_ends_are_told_as_stored_read_back_in_one_query_a_slice(
+    in_process: EngineInProcess, tmp_path: Path
+) -> None:
+    """200 jobs after a failed job and 100 GPU jobs on a station with no GPUs, ended over two
+    turns: each job event carries the job as a read of it alone gives it (cancelled or failed,
+    its reason), in the order they ended, and the ended jobs are read back in one query a slice
+    (before: a SELECT each; bench/queue_ends.py)."""
+    engine = in_process
+    _first, after = queue_after_a_failed_job(engine.store, tmp_path, 200)
+    gpu = [
+        JobSpec(name=f"g{k}", command=("true",), workdir=str(tmp_path), gpus=1) for k in range(100)
+    ]
+    gpu_ids = [job.id for job in engine.store.submit(gpu)]
+    engine.engine.recover()
+    told: list[JobRecord] = []
+    engine.engine.events.listeners.append(told.append)
+    statements: list[str] = []
+    engine.store._conn.set_trace_callback(statements.append)
+    for _turn in range(2):
+        engine.step()
+    engine.store._conn.set_trace_callback(None)
+    assert [job.id for job in told] == [*after, *gpu_ids]
+    assert told == [engine.store.job(job.id) for job in told]
+    assert {job.state for job in told[:200]} == {JobState.CANCELLED}
+    assert {job.state for job in told[200:]} == {JobState.FAILED}
+    one_each = [s for s in statements if s.startswith("SELECT * FROM jobs WHERE id = ")]
+    assert one_each == []
