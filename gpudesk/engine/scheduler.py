@@ -164,8 +164,8 @@ class Scheduler:
         dependency = self.queue.blocked.get(job.id)
         if dependency is not None:
             return job_dependencies.waiting_text(dependency)
-        if job.id in self.queue.doomed:
-            return job_dependencies.pending_cancel(self.queue.doomed[job.id])
+        if ending := self.queue.ending(job.id):  # can never start: its cancel or failure is due
+            return ending
         drained = self.drain.explain()
         if drained:
             return drained
@@ -181,7 +181,7 @@ class Scheduler:
         over = self._over_gpu_limit(job, self.running_gpus_by_user())
         if over:
             return f"waiting: {over}"
-        queue = self.queue.placeable()
+        queue = self.queue.waiting(self.queue.placeable())
         view = self.station_view()
         text = self.policy.explain_wait(job, queue, view)
         held_back = self.preempting.explain(job, view, self.policy)
@@ -194,18 +194,18 @@ class Scheduler:
     def wait_codes(self, job_ids: Iterable[int]) -> dict[int, str]:
         """Why each of these queued jobs waits, as a short code in the words of squeue's
         NODELIST(REASON) column (explain_wait says it at length): JobHeldUser, Dependency,
-        TrackingRun (its MLflow run is being made), QOSMaxGRESPerUser (the owner's running
-        jobs hold the GPUs [station] max_running_gpus_per_user allows), Resources (the next of
-        its pool, GPU or CPU, to start: it waits for room), Priority (a job placement takes
-        first waits too). Jobs not in the station's queue are left out. One pass over the
-        queue for all of them, stopping early when one user's jobs wait: a listing page asks
-        for up to 100 jobs."""
+        BadConstraints (placement fails it next turn), TrackingRun (its MLflow run is being
+        made), QOSMaxGRESPerUser (the owner's running jobs hold the GPUs [station]
+        max_running_gpus_per_user allows), Resources (the next of its pool, GPU or CPU, to
+        start: it waits for room), Priority (a job placement takes first waits too). Jobs not
+        in the station's queue are left out. One pass over the queue for all of them, stopping
+        early when one user's jobs wait: a listing page asks for up to 100 jobs."""
         wanted = {job_id: job for job_id in job_ids if (job := self.queue.get(job_id)) is not None}
         if not wanted:
             return {}
         held = self.running_gpus_by_user()
         limited = self.station.config.max_running_gpus_per_user is not None
-        blocked, doomed = self.queue.blocked, self.queue.doomed
+        blocked, doomed, failing = self.queue.blocked, self.queue.doomed, self.queue.failing
         drained = self.drain.active
         now, throttle = time.time(), self._throttle()
 
@@ -214,6 +214,8 @@ class Scheduler:
                 return "JobHeldUser"
             if job.id in blocked or job.id in doomed:
                 return "Dependency"
+            if job.id in failing:
+                return "BadConstraints"  # placement fails it on a later turn
             if drained:
                 return "Drained"
             if job_gates.begins_later(job, now):
@@ -352,6 +354,7 @@ class Scheduler:
         self.settle_dependencies()
         if self.drain.active:  # undrain marks placement due
             return
+        self.queue.failing = {}  # this pass's failures past its slice (`_fail`)
         view = self.station_view()
         schedule_pass(
             self._within_limits(self._decide(self._placeable(), view)),
@@ -370,7 +373,7 @@ class Scheduler:
         Cheap while no preemptible job runs: nothing is asked of the queue or the view then."""
         if not self.queue or not self.preempting.candidates():
             return
-        waiting = self._placeable()
+        waiting = self.queue.waiting(self._placeable())
         if not any(j.spec.gpus for j in waiting):
             return
         if self.preempting.consider(waiting, self.station_view(), self.policy):
@@ -458,15 +461,15 @@ class Scheduler:
         self.fails_left -= len(failing)
         if len(failing) < len(rejections):
             self.due.mark()  # the next turn, once every client is answered
+            self.queue.failing.update((r.job_id, r.reason) for r in rejections[len(failing) :])
         if failing:
             ended = [(r.job_id, r.reason) for r in failing]
             self.store.finish_queued(ended, JobState.FAILED)
             self._ended(ended)
 
     def _ended(self, ended: list[tuple[int, str]]) -> None:
-        """Jobs just ended in the queue (cancelled, failed), each (id, why): out of the queue,
-        and subscribers told, with their records read back in one query a slice, not a SELECT
-        each (bench/queue_ends.py: 20-30 us a job of the loop's CPU)."""
+        """Jobs just ended in the queue, each (id, why): out of it, and subscribers told, their
+        records read in one query a slice, not a SELECT each (bench/queue_ends.py)."""
         records = dependencies.jobs_by_id(self.store, [job_id for job_id, _ in ended])
         for job_id, reason in ended:
             self.queue.remove(job_id)

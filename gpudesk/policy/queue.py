@@ -4,7 +4,8 @@ then first come) so the policy gets an ordered queue without a sort on every dec
 A held job stays in the queue at its place (so releasing it puts it back where it was) but is
 not placeable; so does a job waiting for the jobs it runs after (`blocked`), one that can
 never start, its cancel left to a later turn of the loop (`doomed`), and one a job-control
-request in flight named and has not acted on yet (`claims`). A changed job (held,
+request in flight named and has not acted on yet (`claims`). One placement fails on a later
+turn (`failing`) stays placeable, but waits for nothing. A changed job (held,
 released, a new priority) is re-added: `add` replaces."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from gpudesk.core.records import JobRecord
+from gpudesk.policy.dependencies import pending_cancel
 from gpudesk.policy.job_claims import JobClaims
 
 
@@ -34,6 +36,11 @@ class JobQueue:
         # queued job id -> why it can never start (a job it runs after failed, say): the
         # scheduler cancels such jobs a slice a turn, and these are for the next turns
         self.doomed: dict[int, str] = {}
+        # queued job id -> why placement fails it: a pass's failures past its slice, failed by
+        # the next turns' passes. The policy still sees them (it fails them again, or places
+        # them if the station changed since), but they wait for nothing: no preemption, no
+        # place at the head of the queue, no "waiting for a GPU" is for them
+        self.failing: dict[int, str] = {}
         self.claims = JobClaims()  # the jobs requests in flight named (policy/job_claims.py)
         for job in jobs:
             self.add(job)
@@ -57,6 +64,7 @@ class JobQueue:
 
     def remove(self, job_id: int) -> JobRecord | None:
         job = self._jobs.pop(job_id, None)
+        self.failing.pop(job_id, None)
         if job is not None:
             key = order_key(job)
             index = bisect.bisect_left(self._keys, key)
@@ -93,6 +101,20 @@ class JobQueue:
             and job.id not in self.claims
             and (job.spec.begin_at is None or job.spec.begin_at <= now)
         ]
+
+    def ending(self, job_id: int) -> str | None:
+        """Why a queued job that can never start will end, said while that waits for a later
+        turn (`doomed`: a dependency's cancel; `failing`: placement's failure); None: it may."""
+        if job_id in self.doomed:
+            return pending_cancel(self.doomed[job_id])
+        if job_id in self.failing:
+            return f"being failed: {self.failing[job_id]}"
+        return None
+
+    def waiting(self, jobs: list[JobRecord]) -> list[JobRecord]:
+        """`jobs` but those placement fails on a later turn (`failing`): they can never start,
+        so they may not preempt a running job, nor be waited behind (wait codes, `show`)."""
+        return [job for job in jobs if job.id not in self.failing] if self.failing else jobs
 
     def __len__(self) -> int:
         return len(self._jobs)
