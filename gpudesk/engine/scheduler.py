@@ -491,7 +491,11 @@ class Scheduler:
         GPUs and queue are not tried again until something changes."""
         idle = [g for g in view.gpu_states if g.index in relayable]
         whole = any_whole_gpu(view.gpu_states)
-        queue = [q for q in mig_candidates(self.queue, self.attempts.demands, whole) if not q.held]
+        # for jobs that may start: not held, waiting on or doomed by another job, or failing
+        may = {job.id for job in self.queue.waiting(self.queue.placeable())}
+        queue = [
+            q for q in mig_candidates(self.queue, self.attempts.demands, whole) if q.job_id in may
+        ]
         if not idle or not queue:
             return False
         weighed: _Weighed = (

@@ -473,3 +473,43 @@ def test_a_job_waiting_for_a_slice_starts_on_one_an_admin_carves_by_hand(
             )
             assert done.returncode == 0, done.stdout
         assert engine.wait_state(job, "running").slot == "gpu:0/7g.40gb"
+
+
+def test_auto_does_not_repartition_for_jobs_that_cannot_start(home: Home) -> None:
+    """Jobs waiting for another job (`after`), and then doomed by its cancel, are not what an
+    idle MIG GPU is re-carved for: none of them may start on it. Once a job that may start
+    waits, the same station repartitions for it (the test can see a repartition)."""
+    engine = EngineHandle(home)
+    engine.start(
+        backend="sim:dgx-station-a100",
+        sample_interval=0.2,
+        mig={"3": "1g.5gb"},
+        mig_repartition=True,
+    )
+    try:
+        wait_for(lambda: slice_profiles(engine, 3) == ["1g.5gb"], what="GPU 3's MIG slice")
+        heavy = engine.submit(*({"name": f"heavy{i}", **HEAVY} for i in range(3)))
+        (dep,) = engine.submit({"name": "dep", "command": SLEEP})  # on the CPU
+        for job_id in (*heavy, dep):
+            engine.wait_state(job_id, "running")
+        blocked = engine.submit(
+            *(
+                {"name": name, "command": SLEEP, "gpus": 1, "memory_gb": memory, "sm_pct": sm}
+                | {"after": [dep]}
+                for name, memory, sm in (("a", 8, 20), ("b", 16, 40), ("c", 6, 10))
+            )
+        )
+        wait_for(
+            lambda: all("dep" in (engine.show(j).waiting or "") for j in blocked),
+            what="the blocked jobs' wait on dep",
+        )
+        engine.api.cancel([dep])  # dooms them: each is cancelled, never started
+        for job_id in blocked:
+            engine.wait_state(job_id, "cancelled")
+        assert slice_profiles(engine, 3) == ["1g.5gb"]
+        assert mig_events(engine.home) == []
+        (free,) = engine.submit({"name": "b2", "command": SLEEP, "gpus": 1, "memory_gb": 16})
+        assert engine.wait_state(free, "running").slot.startswith("gpu:3/")
+        assert any(e.startswith("repartitioning for the queue") for e in mig_events(engine.home))
+    finally:
+        engine.client.close()
