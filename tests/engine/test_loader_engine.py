@@ -9,10 +9,11 @@ import os
 import signal
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle, wait_for
+from conftest import EngineHandle, short_home, wait_for
 
 from gpudesk.api.client import Client
 from gpudesk.loader.protocol import process_alive, read_info
@@ -47,12 +48,16 @@ DATASET = {
 
 
 @pytest.fixture
-def loader_engine(home: Home, monkeypatch: pytest.MonkeyPatch) -> EngineHandle:
+def loader_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[EngineHandle]:
+    """An engine serving DATASET, its home at a short path (conftest.short_home): a loader's
+    socket path holds 107 bytes at most, and under pytest's own folder a selection's loader
+    (`syn.random-25.ctl`) passes that once pytest's run counter reaches four digits."""
     monkeypatch.setenv("GPUDESK_LOADER_GRACE_S", "1")
-    handle = EngineHandle(home)
-    handle.start(slots=2)
-    handle.client.request("datasets", datasets=[DATASET])
-    return handle
+    with short_home("gd-loaders-", monkeypatch) as home:
+        handle = EngineHandle(home)
+        handle.start(slots=2)
+        handle.client.request("datasets", datasets=[DATASET])
+        yield handle
 
 
 def consumer_job(tmp_path: Path, name: str, epochs: int, delay: float = 0.0) -> tuple[dict, Path]:
