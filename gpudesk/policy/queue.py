@@ -4,8 +4,8 @@ then first come) so the policy gets an ordered queue without a sort on every dec
 A held job stays in the queue at its place (so releasing it puts it back where it was) but is
 not placeable; so does a job waiting for the jobs it runs after (`blocked`), one that can
 never start, its cancel left to a later turn of the loop (`doomed`), and one a job-control
-request in flight named and has not acted on yet (`claims`). One placement fails on a later
-turn (`failing`) stays placeable, but waits for nothing. A changed job (held,
+request in flight named and has not acted on yet (`claims`). One that placement fails on a
+later turn (`failing`) stays placeable, but waits for nothing. A changed job (held,
 released, a new priority) is re-added: `add` replaces."""
 
 from __future__ import annotations
