@@ -128,12 +128,7 @@ def test_a_turns_cancels_and_placement_failures_share_one_slice(
     ends 250 of them (the 200 cancels, then 50 failures), the loop held by jobs ended whatever
     the reason; the second the other 50."""
     engine = in_process
-    _first, after = queue_after_a_failed_job(engine.store, tmp_path, 200)
-    gpu = [
-        JobSpec(name=f"g{k}", command=("true",), workdir=str(tmp_path), gpus=1) for k in range(100)
-    ]
-    gpu_ids = [job.id for job in engine.store.submit(gpu)]
-    engine.engine.recover()
+    after, gpu_ids = cancels_and_failures(engine, tmp_path)
     ended = []
     for _turn in range(2):
         engine.step()
@@ -154,12 +149,7 @@ def test_the_jobs_a_turn_ends_are_told_as_stored_read_back_in_one_query_a_slice(
     its reason), in the order they ended, and the ended jobs are read back in one query a slice
     (before: a SELECT each; bench/queue_ends.py)."""
     engine = in_process
-    _first, after = queue_after_a_failed_job(engine.store, tmp_path, 200)
-    gpu = [
-        JobSpec(name=f"g{k}", command=("true",), workdir=str(tmp_path), gpus=1) for k in range(100)
-    ]
-    gpu_ids = [job.id for job in engine.store.submit(gpu)]
-    engine.engine.recover()
+    after, gpu_ids = cancels_and_failures(engine, tmp_path)
     told: list[JobRecord] = []
     engine.engine.events.listeners.append(told.append)
     statements: list[str] = []
@@ -173,3 +163,15 @@ def test_the_jobs_a_turn_ends_are_told_as_stored_read_back_in_one_query_a_slice(
     assert {job.state for job in told[200:]} == {JobState.FAILED}
     one_each = [s for s in statements if s.startswith("SELECT * FROM jobs WHERE id = ")]
     assert one_each == []
+
+
+def cancels_and_failures(engine: EngineInProcess, tmp_path: Path) -> tuple[list[int], list[int]]:
+    """200 jobs queued after a failed job and 100 GPU jobs on a station with no GPUs, the
+    engine recovered onto them: (the 200's ids, the GPU jobs' ids)."""
+    _first, after = queue_after_a_failed_job(engine.store, tmp_path, 200)
+    gpu = [
+        JobSpec(name=f"g{k}", command=("true",), workdir=str(tmp_path), gpus=1) for k in range(100)
+    ]
+    gpu_ids = [job.id for job in engine.store.submit(gpu)]
+    engine.engine.recover()
+    return after, gpu_ids

@@ -11,6 +11,7 @@ unbounded rehearsal of this once filled the disk."""
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import shutil
@@ -139,12 +140,8 @@ def test_the_progress_reader_reads_on_across_a_cut_inside_a_line(tmp_path: Path)
     block = os.statvfs(tmp_path).f_bsize
     log = tmp_path / "output.log"
 
-    def write(data: bytes) -> None:
-        with open(log, "ab") as out:
-            out.write(data)
-
-    def head(kept: int) -> bytes:  # a line that leaves `kept` bytes of the block to the next
-        return b"#" * (block - kept - 1) + b"\n"
+    write = functools.partial(append, log)
+    head = functools.partial(head_line, block)
 
     write(head(8) + b"progress 12/100\n")
     caught_up = ProgressReader(str(log))
@@ -174,12 +171,8 @@ def test_readers_start_past_a_punched_hole_and_read_on_across_it(shm_folder: Pat
     block = os.statvfs(shm_folder).f_bsize
     log = shm_folder / "output.log"
 
-    def write(data: bytes) -> None:
-        with open(log, "ab") as out:
-            out.write(data)
-
-    def head(kept: int) -> bytes:  # a line that leaves `kept` bytes of the block to the next
-        return b"#" * (block - kept - 1) + b"\n"
+    write = functools.partial(append, log)
+    head = functools.partial(head_line, block)
 
     write(head(8) + b"progress 12/100\n")
     caught_up = ProgressReader(str(log))
@@ -251,3 +244,13 @@ def test_a_record_from_before_holes_reads_as_a_log_without_one(tmp_path: Path) -
     # a hole past the stream's own position cannot be: no record believed
     bad = joblog.Rotation(base=100, rotations=0, data_from=4096).to_json().encode()
     assert joblog.parse_rotation(bad) == joblog.Rotation()
+
+
+def append(log: Path, data: bytes) -> None:
+    with open(log, "ab") as out:
+        out.write(data)
+
+
+def head_line(block: int, kept: int) -> bytes:
+    """A line that leaves `kept` bytes of the block to the next."""
+    return b"#" * (block - kept - 1) + b"\n"
