@@ -160,16 +160,18 @@ def make_station(
     backend: str = "none",
     python: str | None = None,
     engine_env: Mapping[str, str] | None = None,
+    under: str = "/tmp",
 ) -> Iterator[Station]:
     """The station (see the module's doc); `engine_env` goes into the engine's own environment
-    (its PATH, SLURM_CONF: what the site gives root's service; a test's engine settings)."""
+    (its PATH, SLURM_CONF: what the site gives root's service; a test's engine settings);
+    `under`: the folder its state and the jobs' folders are made in (/dev/shm: on tmpfs)."""
     if shutil.which("runuser") is None:
         pytest.skip("runuser is not installed: the test users' client runs through it")
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         pytest.skip(f"{SYSTEM_PYTHON} is missing: the test users' client needs a system Python")
     roles = {"ada": ["station"], "bob": ["station"], "admin": ["station", "admins"], "outsider": []}
     with local_accounts(roles, groups=["station", "admins"], homes=True) as made:
-        top = Path(tempfile.mkdtemp(prefix="gdst-", dir="/tmp"))
+        top = Path(tempfile.mkdtemp(prefix="gdst-", dir=under))
         os.chmod(top, 0o755)  # the users reach the client script and their jobs' folders below
         station = None
         try:

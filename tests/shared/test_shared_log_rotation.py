@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import rotates_losslessly, wait_for
+from conftest import can_cut_head, can_punch_head, rotates_losslessly, wait_for
 from station_fixture import Station, make_station
 
 from gpudesk import joblog
@@ -38,9 +38,14 @@ while not os.path.exists(flag) and time.monotonic() < deadline:
 """
 
 
-@pytest.fixture
-def station() -> Iterator[Station]:
-    yield from make_station("sim:a100-40gb")
+@pytest.fixture(params=["/tmp", "/dev/shm"], ids=["disk", "tmpfs"])
+def station(request: pytest.FixtureRequest) -> Iterator[Station]:
+    """The station's state and her job's folder on this VM's disk (ext4: a cut in place), and
+    on tmpfs (a hole punched over the head: root frees her file's blocks, by the descriptor it
+    opened and checked, and never moves or truncates it)."""
+    if not os.path.isdir(request.param):
+        pytest.skip(f"no {request.param} here")
+    yield from make_station("sim:a100-40gb", under=request.param)
 
 
 @pytest.mark.slow(8)
@@ -78,6 +83,9 @@ def test_a_system_engine_caps_a_members_log_as_hers_and_reads_her_progress_acros
 
     record = joblog.read_rotation(log)
     assert record.rotations >= 3, record
+    if can_punch_head(log.parent) and not can_cut_head(log.parent):
+        assert record.data_from > 0, record  # her output.log begins past a hole
+        assert os.lstat(log).st_size > record.data_from
     # her log and parts stay hers; the record is root's, readable, not hers to write
     for path in (log, *(joblog.part_path(log, part.number) for part in record.parts)):
         assert os.lstat(path).st_uid == ada.uid, path
