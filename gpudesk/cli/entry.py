@@ -15,6 +15,7 @@ import sys
 
 from gpudesk.cli.exit_codes import EXIT_INTERRUPTED
 from gpudesk.cli.first_answers import ROOT_HELP, version_text
+from gpudesk.cli.interrupts import INTERRUPTS
 
 
 def main() -> None:
@@ -31,6 +32,7 @@ def main() -> None:
         if kept is not None:
             sys.stdout.write(kept)
             return
+    INTERRUPTS.install()  # counts each Ctrl-C, so that one Python swallows is still seen
     try:
         if args[:1] == ["queue"]:
             from gpudesk.cli.fast_path import run_plain_queue

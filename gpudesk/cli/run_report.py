@@ -30,6 +30,7 @@ from gpudesk.api.submit import (
     submit_profile,
 )
 from gpudesk.api.wakeups import Wakeups
+from gpudesk.cli.interrupts import INTERRUPTS
 from gpudesk.cli.run_progress import Progress
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.hw.telemetry.energy import summarize
@@ -464,6 +465,7 @@ def run_profile(
                 )
                 follow()
             except KeyboardInterrupt:
+                INTERRUPTS.seen()
                 report.interrupted = True
                 try:
                     progress.say(INTERRUPTED)  # inside: a second Ctrl-C may come at once
@@ -472,6 +474,7 @@ def run_profile(
                     cancel_all()
                     follow()
                 except KeyboardInterrupt:
+                    INTERRUPTS.seen()
                     # once asked, the engine finishes the cancels; before, the jobs go on
                     raise LeftRun(group, cancel_asked) from None
     except EngineError as exc:
@@ -539,6 +542,7 @@ def _follow(
 ) -> list[JobView]:
     """The run's jobs once all have ended, each listing of them given to `seen` meanwhile."""
     while True:
+        INTERRUPTS.check()  # a Ctrl-C Python swallowed (gpudesk.cli.interrupts) ends it too
         started = time.monotonic()
         jobs = client.jobs(group=group, archived=True)
         seen(jobs)

@@ -30,6 +30,7 @@ from typing import Any, TextIO
 
 from gpudesk import render
 from gpudesk.api.connection import engine_pid
+from gpudesk.cli.interrupts import INTERRUPTS
 from gpudesk.core.station import StationConfig
 from gpudesk.paths import Home
 from gpudesk.text import json_text
@@ -531,6 +532,7 @@ def run_top(
                 # the frame's interval, or less when a key comes: `q` leaves at once
                 deadline = time.monotonic() + interval
                 while (left := deadline - time.monotonic()) > 0:
+                    INTERRUPTS.check()  # one Python swallowed (gpudesk.cli.interrupts)
                     if any(key in QUIT_KEYS for key in wait(left)):
                         return
                 view = take_view(source)
