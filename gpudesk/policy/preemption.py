@@ -25,6 +25,8 @@ The rule, for a waiting GPU job W and a running job V marked preemptible:
   and a job resumed after a preemption is not preempted again at once (no thrashing).
 - One victim per waiting job (a job that would need two to fit waits), and one preemption per
   call: the freed GPU is placed by the next pass, as any other.
+- A job that can start only once the station changes (an admin leaving MIG mode, a lost GPU
+  back: the policy's `change_needed`) never asks: no victim's leaving would start it.
 
 Among the victims that qualify for the first W (in queue order) that has one: the lowest
 priority, then the smallest loss, then the longest remaining time.
@@ -32,7 +34,7 @@ priority, then the smallest loss, then the longest remaining time.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpudesk.core.records import JobRecord
@@ -95,12 +97,38 @@ class Preemption:
     reason: str
 
 
-Fits = Callable[[JobRecord, StationView], bool]
+@dataclass(frozen=True)
+class Fits:
+    """What the rule asks the placement policy (`placed_by`): whether it would start a job on
+    a station as given, and whether a job waits for a change to the station that no preemption
+    makes (an admin leaving MIG mode, a lost GPU back: `PlacementPolicy.change_needed`)."""
+
+    policy: PlacementPolicy
+
+    def __call__(self, job: JobRecord, station: StationView) -> bool:
+        """Whether the policy would start `job` on `station`, alone in the queue."""
+        decision = self.policy.place([job], station)
+        return any(p.job_id == job.id for p in decision.placements)
+
+    def waits_for_change(
+        self, job: JobRecord, station: StationView, judged: dict[Hashable, bool] | None = None
+    ) -> bool:
+        """Whether `job` can start only once the station changes. `judged`: answers kept over
+        one call of the rule, by what the policy weighs (the job's GPUs, hints and known
+        demand), so a sweep of such jobs is judged once, not job by job on the loop."""
+        spec = job.spec
+        shape = (spec.gpus, spec.memory_gb, spec.sm_pct, station.demands.get(job.id))
+        if judged is not None and shape in judged:
+            return judged[shape]
+        answer = bool(self.policy.change_needed(job, station))
+        if judged is not None:
+            judged[shape] = answer
+        return answer
 
 
 def placed_by(policy: PlacementPolicy) -> Fits:
-    """Whether `policy` would start the job on the station as given, alone in the queue."""
-    return lambda job, view: any(p.job_id == job.id for p in policy.place([job], view).placements)
+    """What the rule asks `policy` (Fits)."""
+    return Fits(policy)
 
 
 def starving(job: JobRecord, station: StationView, max_overtakes: int = MAX_OVERTAKES) -> bool:
@@ -172,6 +200,7 @@ def choose(
     paying.sort(key=lambda vg: vg[0].order)
     lowest = paying[0][0].priority
     asked = 0
+    judged: dict[Hashable, bool] = {}
     for waiting in queue:
         if not waiting.spec.gpus or waiting.id in skip or waiting.held:
             continue
@@ -180,6 +209,10 @@ def choose(
             continue
         serving = [(v, gain) for v, gain in paying if may_ask(waiting, v, hungry)]
         if not serving:
+            continue
+        # no victim's leaving starts a job that waits for an admin's change: not an asker, and
+        # a queue of them ahead does not use up the askers a job that could start is weighed in
+        if fits.waits_for_change(waiting, station, judged):
             continue
         asked += 1
         for victim, gain in serving:
@@ -222,6 +255,8 @@ def held_back(
     where no other may be."""
     if not waiting.spec.gpus or waiting.held:
         return None
+    if fits.waits_for_change(waiting, station):
+        return None  # its wait reason says what change it waits for; no preemption helps
     for victim, for_job in (leaving or {}).items():
         if for_job == waiting.id:
             return (

@@ -13,8 +13,9 @@ from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
 from gpudesk.policy.collocation import MAX_OVERTAKES, SharingPolicy
-from gpudesk.policy.policy import GpuState, StationView, Tenant
+from gpudesk.policy.policy import GpuState, MigSlice, StationView, Tenant
 from gpudesk.policy.preemption import (
+    MAX_ASKERS,
     PROTECT_FACTOR,
     Preemptible,
     choose,
@@ -372,3 +373,44 @@ def test_a_jobs_own_progress_lines_never_spare_it() -> None:
     assert Remaining(5.0, "progress").measured_s is None
     assert Remaining(5.0, "progress", typical_s=600.0, elapsed_s=100.0).measured_s == 500.0
     assert Remaining(None, "unknown", typical_s=600.0, elapsed_s=700.0).measured_s is None
+
+
+def test_jobs_waiting_for_an_admins_change_do_not_use_up_the_askers() -> None:
+    # GPU 0 whole, full with preemptible job 1; GPU 1 in MIG mode, its slice busy for an hour
+    # more. A two-GPU job needs both GPUs whole: it waits for an admin to leave MIG mode, and
+    # no preemption starts it.
+    on_slice = Tenant(5, "mig", 20 * GIB, 40.0, remaining_s=3600.0, measured_remaining_s=3600.0)
+    mig = GpuState(
+        1,
+        "GPU-1",
+        40 * GIB,
+        tenants=(on_slice,),
+        mig_enabled=True,
+        mig_slices=(MigSlice("MIG-1-0", "3g.20gb", 20 * GIB, 3, busy=True),),
+    )
+    whole = full_station(heavy(1, 3600.0))
+    view = replace(whole, gpu_states=(*whole.gpu_states, mig))
+    sweep = [waiting(100 + i, 10, gpus=2) for i in range(MAX_ASKERS + 2)]
+    assert POLICY.change_needed(sweep[0], view)  # the scenario: it waits for a change
+    one_gpu = waiting(2, 10)
+    # each would ask (priority 10 > 0) but none fits with job 1 gone; behind them, one that does
+    found = choose([*sweep, one_gpu], view, [low()], placed_by(POLICY))
+    assert found is not None and (found.victim, found.for_job) == (1, 2)
+    # jobs that may ask and could start once GPUs drain still count, up to MAX_ASKERS: 35 GiB
+    # jobs do not fit beside job 3's 8 GiB even with job 1 gone; a 25 GiB one does
+    victim = Tenant(1, "mps", 25 * GIB, 80.0, remaining_s=3600.0, measured_remaining_s=3600.0)
+    beside = (victim, Tenant(3, "mps", 8 * GIB, 10.0, remaining_s=3600.0))
+    shared = replace(
+        view, gpu_states=(GpuState(0, "GPU-0", 40 * GIB, tenants=beside, mps_usable=True),)
+    )
+    fitting = replace(one_gpu, spec=replace(one_gpu.spec, memory_gb=25.0, sm_pct=80.0))
+    too_big = [
+        replace(waiting(200 + i, 10), spec=replace(one_gpu.spec, memory_gb=35.0))
+        for i in range(MAX_ASKERS)
+    ]
+    assert not POLICY.change_needed(too_big[0], shared)
+    assert choose([*too_big, fitting], shared, [low()], placed_by(POLICY)) is None
+    assert choose([*too_big[1:], fitting], shared, [low()], placed_by(POLICY)) is not None
+    # the sweep's own jobs are not told why job 1 does not give way: they wait for a change
+    assert held_back(sweep[0], view, [low()], placed_by(POLICY)) is None
+    assert held_back(one_gpu, view, [low(run_s=10.0)], placed_by(POLICY))
