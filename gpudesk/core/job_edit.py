@@ -103,6 +103,10 @@ def tracked_refusal(job: JobRecord) -> str:
     )
 
 
+# The fields that describe how a job uses its GPU: a hint given to a job with none is a mistake.
+GPU_HINTS = ("memory_gb", "sm_pct")
+
+
 def job_edit(
     spec: JobSpec,
     base_env: Mapping[str, str],
@@ -117,6 +121,15 @@ def job_edit(
     if unknown:
         raise SpecError("unset_env", f"the job has no variable {safe_text(unknown[0])!r} to unset")
     new = edited_spec(spec, fields, set_env, unset_env)
+    hinted = [key for key in GPU_HINTS if fields.get(key) is not None]
+    if hinted and not new.gpus:
+        # as submit refuses --mem and --sm without --gpus (a forgotten --gpus: the job would
+        # run with no GPU, and a training script fall back to the CPU without a word)
+        raise SpecError(
+            hinted[0],
+            "it describes the job's use of a GPU, but the job asks for none (gpus 0), so it "
+            "would run with no GPU: give the GPUs it needs with it (--gpus N)",
+        )
     said = changes(spec, new)
     dropped = [name for name in unset_env if name in base_env]
     said += [f"env -{printable_line(name)}" for name in dropped if name not in spec.env]

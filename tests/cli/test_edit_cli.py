@@ -102,6 +102,10 @@ def test_edit_refuses_bad_values_a_running_job_and_an_unknown_one(
     blocker = engine.occupy_the_only_slot(tmp_path / "gate")
     (job,) = engine.submit({"name": "queued", "command": ["true"]})
     one_error(*gpudesk("edit", str(job), "--mem", "-3")[::2], EXIT_USAGE, "--mem: ")
+    # a hint of GPU use for a job with no GPU: refused, as submit refuses it
+    for option in ("--mem", "--sm"):
+        said = f"{option}: it describes the job's use of a GPU, but the job asks for none"
+        one_error(*gpudesk("edit", str(job), option, "8")[::2], EXIT_USAGE, said)
     one_error(*gpudesk("edit", str(job), "--time", "soon")[::2], EXIT_USAGE, "--time: ")
     one_error(*gpudesk("edit", str(job), "--max-attempts", "0")[::2], EXIT_USAGE, "--max-attempts")
     one_error(*gpudesk("edit", str(job), "-e", "NOEQUALS")[::2], EXIT_USAGE, "--env")

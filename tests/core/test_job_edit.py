@@ -38,6 +38,9 @@ def test_fields_replace_a_null_clears_and_env_is_said_by_name_only() -> None:
     )
     assert "secret" not in edit.message
     assert job_edit(SPEC, {}, {"name": "train"}, {}, []).changes == ()
+    # hints with GPUs are taken; GPUs taken away from a hinted job too (it asks to run on the CPU)
+    hinted = job_edit(SPEC, {}, {"gpus": 1, "sm_pct": 40}, {}, []).spec
+    assert job_edit(hinted, {}, {"gpus": 0}, {}, []).spec.gpus == 0
 
 
 def test_control_characters_in_what_changed_are_spelled_out() -> None:
@@ -62,6 +65,10 @@ def test_control_characters_in_what_changed_are_spelled_out() -> None:
         ({"command": []}, {}, [], "command"),
         ({}, {"1BAD": "x"}, [], "env"),
         ({}, {}, ["NOPE"], "unset_env"),
+        # GPU hints for a job with no GPU (SPEC has none), as submit refuses them
+        ({"memory_gb": 8}, {}, [], "memory_gb"),
+        ({"sm_pct": 50, "name": "x"}, {}, [], "sm_pct"),
+        ({"gpus": 0, "memory_gb": 8}, {}, [], "memory_gb"),
     ],
 )
 def test_a_bad_edit_names_its_field(
