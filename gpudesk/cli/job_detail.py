@@ -43,7 +43,7 @@ def detail_lines(data: JobDetail, after: list[JobView], width: int) -> list[str]
     lines.extend(_run_lines(data, width))
     lines.extend(_attempt_lines(data.attempts, width))
     lines.extend(_usage_lines(data.usage, data.job, data.attempts))
-    lines.extend(_event_lines(data.events, width))
+    lines.extend(_event_lines(data.events, data.earlier_events, width))
     if data.env is not None:
         lines.append("environment:")
         lines.extend(f"  {k}={printable_line(v)}" for k, v in sorted(data.env.items()))
@@ -158,8 +158,9 @@ def _attempt_lines(attempts: list[AttemptView], width: int) -> list[str]:
     return lines
 
 
-def _event_lines(events: list[EventView], width: int) -> list[str]:
-    lines = ["events:"]
+def _event_lines(events: list[EventView], earlier: int, width: int) -> list[str]:
+    """The job's events, the latest the engine sent; `earlier`: how many came before them."""
+    lines = [f"events (the latest {len(events):,}; {earlier:,} earlier):" if earlier else "events:"]
     for e in events:
         # spelled out here too: a row stored before the engine spelled what it quotes (an
         # edit's command, before c84e003) holds its escape sequences as they came

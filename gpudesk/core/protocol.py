@@ -64,6 +64,8 @@ JOBS_PAGE_CAP = 100
 # run's jobs (MAX_JOBS_PER_REQUEST is 10,000 too) and far below SQLite's 32,766 variables per
 # statement (3.32 and later). The client asks for more in several requests.
 MAX_LISTING_IDS = 10_000
+# `show` sends a job's latest this many events, and counts those before them.
+SHOWN_EVENTS = 1000
 MAX_ROW_ID = 2**63 - 1  # the largest id SQLite stores: a larger int is no job's
 FRAME_HEADER = struct.Struct(">I")  # each frame's length
 SUBSCRIBE_OP = "subscribe"  # answered by the socket itself: the connection then carries events

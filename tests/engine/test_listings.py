@@ -8,7 +8,10 @@ after `[station] keep_finished_days` while history still sees them."""
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
 import time
+from contextlib import closing
 from pathlib import Path
 
 from conftest import EngineHandle, Run, wait_for
@@ -17,6 +20,7 @@ from store_fill import corrupt_spec, fill_jobs
 from gpudesk.api.client import Client
 from gpudesk.api.errors import EngineError
 from gpudesk.core import protocol
+from gpudesk.core.jobs import JobSpec
 from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
@@ -279,3 +283,32 @@ def test_show_spells_out_a_commands_workdirs_and_environments_escape_sequences(
     assert code == 0, err
     assert "\x1b" not in out and "\x07" not in out and "\x01" not in out
     assert "a\\x1b[2Jb\\x07" in out and "a\\x01b" in out and "TITLE=\\x1b]0;pwned\\x07" in out
+
+
+def test_show_lists_a_jobs_latest_events_and_counts_those_before(
+    home: Home, engine: EngineHandle, gpudesk: Run
+) -> None:
+    """A job requeued or preempted for weeks has thousands of events: `show` lists its latest
+    (its hold and its end are there, and the desk's last dozen are the newest), and says how
+    many came before them."""
+    shown = getattr(protocol, "SHOWN_EVENTS", 1000)
+    spec = JobSpec(name="old-hand", command=("true",), workdir=str(home.root))
+    (job,) = engine.api.submit_jobs([spec], dict(os.environ), hold=True).ids
+    with closing(sqlite3.connect(str(home.db), isolation_level=None, timeout=30.0)) as writer:
+        writer.executemany(
+            "INSERT INTO events (ts, job_id, kind, message) VALUES (?, ?, 'edit', ?)",
+            [(time.time(), job, f"filler {n}") for n in range(shown + 200)],
+        )
+    engine.client.request("release", jobs=[job])
+    engine.wait_state(job, "succeeded")
+    with closing(sqlite3.connect(str(home.db))) as reader:
+        (total,) = reader.execute("SELECT COUNT(*) FROM events WHERE job_id = ?", (job,)).fetchone()
+    detail = engine.show(job)
+    assert len(detail.events) == shown
+    assert detail.events[-1].state == "succeeded", detail.events[-3:]
+    assert any(e.kind == "release" for e in detail.events)
+    assert getattr(detail, "earlier_events", 0) == total - shown > 200
+    code, out, err = gpudesk("show", str(job))
+    assert code == 0, err
+    assert f"events (the latest {shown:,}; {total - shown:,} earlier):" in out
+    assert "filler 0\n" not in out and f"filler {shown + 199}" in out

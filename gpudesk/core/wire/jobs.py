@@ -367,6 +367,8 @@ class JobDetail(WireModel, frozen=True):
     series: JobSeriesView | None = None  # only when asked for
     remaining: RemainingView | None = None  # a running job's (absent otherwise): job.remaining
     simulated: str | None = None  # the station's backend (sim:MODEL) when its GPUs are simulated
+    # `events` are the job's latest (protocol.SHOWN_EVENTS); how many came before them
+    earlier_events: int = 0
 
 
 class LogChunk(WireModel, frozen=True):

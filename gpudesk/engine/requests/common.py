@@ -81,7 +81,6 @@ class Requests:
 
     def __init__(self, parts: EngineParts) -> None:
         self.parts = parts
-        self._jobs_root = str(parts.home.jobs_dir)
 
     def _simulated(self) -> str | None:
         """The station's backend when its GPUs are simulated (`sim:MODEL`), for replies that

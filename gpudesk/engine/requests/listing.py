@@ -170,7 +170,9 @@ class ListingRequests(Requests):
         view = backend.view([job])
         views = [self.job_reply(job, caller, view)]
         self._add_wait_reasons([job], views, lambda _job: view)
-        events, waiting = parts.store.events(job.id), None
+        shown = protocol.SHOWN_EVENTS  # the latest: a job requeued for weeks has thousands
+        events, waiting = parts.store.events(job.id, shown + 1), None
+        earlier = parts.store.event_count(job.id) - shown if len(events) > shown else 0
         if job.state is JobState.QUEUED and job.held:  # by its user, or its client (in parts)
             waiting = held_text(job.id, events)
         elif job.state is JobState.QUEUED:
@@ -187,7 +189,7 @@ class ListingRequests(Requests):
         return JobDetail(
             job=views[0],
             attempts=view.attempts(job),
-            events=[e.view() for e in events],
+            events=[e.view() for e in events[-shown:]],
             waiting=waiting,
             usage=self._usage([job.id]).get(job.id),
             env=env,
@@ -195,6 +197,7 @@ class ListingRequests(Requests):
             series=series,
             remaining=views[0].remaining,
             simulated=self._simulated(),
+            earlier_events=earlier,
         )
 
     def log(self, args: LogArgs, caller: Caller) -> LogChunk | Later[tuple[bytes, int]]:

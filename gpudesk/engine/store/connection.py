@@ -136,16 +136,15 @@ class StoreConnection:
             self._add_event(conn, kind, message, job_id=job_id)
 
     def events(self, job_id: int | None = None, limit: int = 1000) -> list[EventRecord]:
-        if job_id is None:
-            rows = self._conn.execute(
-                "SELECT * FROM (SELECT * FROM events ORDER BY id DESC LIMIT ?) ORDER BY id",
-                (limit,),
-            )
-        else:
-            rows = self._conn.execute(
-                "SELECT * FROM events WHERE job_id = ? ORDER BY id LIMIT ?", (job_id, limit)
-            )
+        """The latest `limit` events (of one job: `job_id`), oldest first."""
+        where, params = ("", (limit,)) if job_id is None else ("WHERE job_id = ?", (job_id, limit))
+        query = f"SELECT * FROM events {where} ORDER BY id DESC LIMIT ?"
+        rows = self._conn.execute(f"SELECT * FROM ({query}) ORDER BY id", params)
         return [read_event(r) for r in rows]
+
+    def event_count(self, job_id: int) -> int:
+        query = "SELECT COUNT(*) FROM events WHERE job_id = ?"
+        return int(self._conn.execute(query, (job_id,)).fetchone()[0])
 
     def events_of_kind(self, kind: str, limit: int) -> list[EventRecord]:
         """The latest `limit` events of one kind (the engine's own: station changes), oldest
