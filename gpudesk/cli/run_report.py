@@ -208,9 +208,10 @@ class RunReport:
             head += " (interrupted)"
         lines = [head]
         if folder:
+            # the command first: wrapped before a long folder, it is never cut in two
             lines.append(
-                f"logs: ID{os.sep}ATTEMPT{os.sep}output.log under "
-                f"{printable_line(render.shorten_path(folder))}{os.sep}, or gpudesk logs ID"
+                f"logs: gpudesk logs ID, or ID{os.sep}ATTEMPT{os.sep}output.log under "
+                f"{printable_line(render.shorten_path(folder))}{os.sep}"
             )
         lines += [self.energy_line(), *self.loader_lines(), *self.notes]
         wrapped = [render.fill(line, width) for line in lines]

@@ -120,7 +120,9 @@ def test_report_ranks_the_sweep_and_fits_80_columns() -> None:
         "best configuration: digits-lr0.03-h512-with-a-long-suffix (job 2): val_acc 0.9722 "
         "(max of 3)" in " ".join(line.strip() for line in lines)
     )
-    assert "logs: ID/ATTEMPT/output.log under /very/long/" in " ".join(text.split())
+    said = " ".join(text.split())
+    assert "logs: gpudesk logs ID, or ID/ATTEMPT/output.log under /very/long/" in said
+    assert "gpudesk logs ID," in text  # the command on one line, whatever wraps after it
     assert "2/1/output.log" not in text  # no column repeating it per job
     data = report.to_dict()
     assert data["best"] == {
@@ -238,7 +240,7 @@ def test_final_table_at_80_columns_keeps_each_sweep_job_apart(
         "",
         "sweep: 4 succeeded in 1h05m",
     ]
-    assert text.splitlines()[7] == "logs: ID/ATTEMPT/output.log under jobs/, or gpudesk logs ID"
+    assert text.splitlines()[7] == "logs: gpudesk logs ID, or ID/ATTEMPT/output.log under jobs/"
     assert all(len(line) <= 80 for line in text.splitlines()), text
 
 
