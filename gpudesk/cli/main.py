@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from gpudesk.cli import completion_setup
 from gpudesk.cli.common import CliError, reflow_help
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from gpudesk.cli.failures import reported_failures
@@ -264,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
         with reported_failures():
             # not standalone: click's errors come here, to be printed as every other error is
             args = sys.argv[1:] if argv is None else argv
+            if completion_setup.asked(args):  # with the shell's name, which typer's ignore
+                sys.exit(completion_setup.run(args))
             modules = modules_for(args)
             named = args[0] if modules is not None and args else None
             # built once: the config check reads it too

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import EngineHandle
 
 from gpudesk.api.connection import engine_pid
@@ -70,9 +71,9 @@ def test_with_no_engine_completion_is_silent_fast_and_starts_none(home: Home) ->
 def test_the_completion_script_is_shown_and_installed(home: Home, tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path), "SHELL": "/bin/bash"}
 
-    def gpudesk(option: str) -> subprocess.CompletedProcess:
+    def gpudesk(option: str, shell: str = "bash") -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "gpudesk", option, "bash"],
+            [sys.executable, "-m", "gpudesk", option, shell],
             env=env,
             capture_output=True,
             text=True,
@@ -82,6 +83,42 @@ def test_the_completion_script_is_shown_and_installed(home: Home, tmp_path: Path
     shown = gpudesk("--show-completion")
     assert shown.returncode == 0, shown.stderr
     assert "_GPUDESK_COMPLETE=complete_bash" in shown.stdout
+    # the shell named is the one used, whatever shell runs the command (it was ignored)
+    zsh = gpudesk("--show-completion", "zsh")
+    assert zsh.returncode == 0 and zsh.stdout.startswith("#compdef gpudesk"), zsh
+    assert "_GPUDESK_COMPLETE=complete_zsh" in zsh.stdout
+    tcsh = gpudesk("--show-completion", "tcsh")
+    assert tcsh.returncode == 2 and not tcsh.stdout
+    assert tcsh.stderr == (
+        "error: --show-completion: gpudesk completes words in bash, zsh, fish, powershell and "
+        "pwsh; 'tcsh' is not one of them\n"
+    )
     installed = gpudesk("--install-completion")
     assert installed.returncode == 0, installed.stderr
     assert "gpudesk" in (tmp_path / ".bashrc").read_text()
+
+
+def test_with_no_shell_to_be_found_the_user_is_asked_to_name_one(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Run where no shell is among its parents (a provisioning script, a detached session),
+    `--show-completion` takes $SHELL's, else says to name one: it printed "Shell  not
+    supported"."""
+    import shellingham
+
+    from gpudesk.cli import completion_setup
+
+    def no_shell() -> tuple[str, str]:
+        raise shellingham.ShellDetectionFailure()
+
+    monkeypatch.setattr(shellingham, "detect_shell", no_shell)
+    monkeypatch.setenv("SHELL", "/usr/bin/zsh")
+    assert completion_setup.run(["--show-completion"]) == 0
+    assert capsys.readouterr().out.startswith("#compdef gpudesk")
+    monkeypatch.delenv("SHELL")
+    assert completion_setup.run(["--install-completion"]) == 2
+    said = capsys.readouterr()
+    assert not said.out and said.err.startswith(
+        "error: --install-completion: cannot tell which shell this is"
+    )
+    assert "`gpudesk --install-completion bash`" in said.err
