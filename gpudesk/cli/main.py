@@ -190,6 +190,21 @@ def usage_paragraph(exc: Exception) -> str:
     return f"{message}{_from_config(exc, ctx)} Usage: {usage} ({ctx.command_path} --help says more)"
 
 
+def _context_named(root: Any, args: list[str]) -> Any:
+    """The context of the command `args` name, for a usage error click raised without one (an
+    option missing its value, `gpudesk submit --gpus`, is found by its parser, outside any
+    context); None where they name no command. Click's classes are reached through the
+    commands (typer 0.2x carries its own copy of click)."""
+    ctx, command = None, root
+    for word in args:
+        command = getattr(command, "commands", {}).get(word)
+        if command is None:
+            break
+        parent = ctx or root.context_class(root, info_name="gpudesk")
+        ctx = command.context_class(command, info_name=word, parent=parent)
+    return ctx
+
+
 def _from_config(exc: Exception, ctx: Any) -> str:
     """Where a bad value came from a config file rather than the command line (click's
     default_map): " It comes from [top] interval in FILE (line 3)."; else ""."""
@@ -261,10 +276,11 @@ def _print_root_help(command: Any, defaults: dict[str, object]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     usage_error, click_exception = _click_error("UsageError"), _click_error("ClickException")
+    args = sys.argv[1:] if argv is None else argv
+    command = None
     try:
         with reported_failures():
             # not standalone: click's errors come here, to be printed as every other error is
-            args = sys.argv[1:] if argv is None else argv
             if completion_setup.asked(args):  # with the shell's name, which typer's ignore
                 sys.exit(completion_setup.run(args))
             modules = modules_for(args)
@@ -283,6 +299,8 @@ def main(argv: list[str] | None = None) -> None:
             except CliError as exc:  # a value from a config file: said as the file's
                 raise _said_as_config(exc) from None
     except usage_error as exc:
+        if getattr(exc, "ctx", None) is None and command is not None:
+            exc.ctx = _context_named(command, args)  # type: ignore[attr-defined]  # its usage
         print(f"error: {printable_message(usage_paragraph(exc))}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except click_exception as exc:

@@ -486,6 +486,23 @@ def test_user_errors_are_one_paragraph_not_tracebacks(engine: EngineHandle) -> N
         assert "Traceback" not in result.stderr
 
 
+def test_an_option_missing_its_value_names_the_commands_usage_and_help(home: Home) -> None:
+    # click's parser finds it outside any command's context: it was said with the root's
+    # "gpudesk --help lists the commands"
+    for args, usage in (
+        (("submit", "--gpus"), "Usage: gpudesk submit [OPTIONS] COMMAND [ARGS]..."),
+        (("show", "1", "--plot"), "Usage: gpudesk show [OPTIONS] JOB"),
+        (("mig", "plan", "--gpu"), "Usage: gpudesk mig plan [OPTIONS]"),
+    ):
+        refused = gpudesk(*args)
+        assert refused.returncode == 2 and not refused.stdout, refused
+        command = " ".join(a for a in args if a.isalpha())
+        assert refused.stderr == (
+            f"error: Option '{args[-1]}' requires an argument. {usage} "
+            f"(gpudesk {command} --help says more)\n"
+        )
+
+
 def test_an_unknown_option_is_a_usage_error_not_the_command(engine: EngineHandle) -> None:
     for args in (("--before", "1", "--", "true"), ("--bogus", "true")):
         refused = gpudesk("submit", *args)
