@@ -39,7 +39,7 @@ from gpudesk.units import MIB_PER_GIB, watt_hours
 DIRECT_WINDOW_S = 0.12  # GPM (>= 0.1 s apart), CPU % and energy all need two readings
 FIRST_SAMPLE_WAIT_S = 3.0  # an engine that just started has no sample yet
 GIB = MIB_PER_GIB
-WIDTH = 80
+WIDTH = 80  # a frame into a pipe or a file, without $COLUMNS
 BAR = 16  # the SM and memory bars: room for "energy 12.5 Wh since 21:40 (integrated)"
 
 
@@ -519,14 +519,16 @@ def run_top(
             if as_json:
                 print(json_text(view, indent=2), file=out)
             else:
-                print(render_frame(view), file=out)
+                print(render_frame(view, render.table_width() or WIDTH), file=out)
             return
         redraw = _can_redraw(out)
         view = take_view(source, fresh=True)
         _check_backend(source)
         with key_reader(sys.stdin if keys is None else keys) as wait:
             while True:
-                frame = render_frame(view)
+                # the terminal's width, read again each frame: a resized window (a tmux pane
+                # split) gets frames that fit it, and a wide one the jobs' whole names
+                frame = render_frame(view, render.table_width() or WIDTH)
                 out.write(f"\x1b[H\x1b[2J{frame}\n" if redraw else f"{frame}\n\n")
                 out.flush()
                 # the frame's interval, or less when a key comes: `q` leaves at once

@@ -783,6 +783,28 @@ def test_top_once_and_json_show_the_station_and_running_jobs(engine: EngineHandl
     assert "USER" in next(line for line in lines if line.lstrip().startswith("ID"))
 
 
+def test_top_fits_the_terminals_width(engine: EngineHandle) -> None:
+    # into a pipe without $COLUMNS a frame is 80 columns (above); a terminal's width, as
+    # $COLUMNS gives it, is used: a wide one shows a long name whole, a narrow one clips
+    name = "a-sweep-member-lr0.003-hidden512-layers3-seed42"
+    (job_id,) = engine.submit({"name": name, "command": ["sleep", "60"]})
+    engine.wait_state(job_id, "running")
+    wait_for(
+        lambda: json.loads(gpudesk("top", "--json").stdout)["jobs"],
+        10.0,
+        interval=0.2,
+        what="the job in top",
+    )
+    for columns in (60, 160):
+        frame = gpudesk("top", "--once", env={**os.environ, "COLUMNS": str(columns)})
+        assert frame.returncode == 0, frame.stderr
+        lines = frame.stdout.splitlines()
+        assert all(len(line) <= columns for line in lines), frame.stdout
+        row = next(line for line in lines if line.split()[:1] == [str(job_id)])
+        assert (name in row) == (columns == 160), row
+    engine.client.request("cancel", jobs=[job_id])
+
+
 def test_top_without_an_engine_does_not_start_one(home: Home) -> None:
     result = gpudesk("top", "--once")
     assert result.returncode == 0
