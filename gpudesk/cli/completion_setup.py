@@ -23,8 +23,13 @@ COMPLETE_VAR = "_GPUDESK_COMPLETE"  # what the scripts set for the command to co
 
 
 def asked(args: list[str]) -> bool:
-    """Whether the command line is one of the two options, alone or with a shell's name."""
-    return bool(args) and args[0] in OPTIONS and len(args) <= 2
+    """Whether the command line is one of the two options, alone or with a shell's name (not
+    with an option: `--show-completion --help` is typer's to answer)."""
+    return (
+        bool(args)
+        and args[0] in OPTIONS
+        and (args[1:] == [] or (len(args) == 2 and not args[1].startswith("-")))
+    )
 
 
 def run(args: list[str]) -> int:

@@ -111,6 +111,10 @@ def test_with_no_shell_to_be_found_the_user_is_asked_to_name_one(
     def no_shell() -> tuple[str, str]:
         raise shellingham.ShellDetectionFailure()
 
+    # an option after it is typer's to answer (`--show-completion --help`), as is more than a name
+    assert not completion_setup.asked(["--show-completion", "--help"])
+    assert not completion_setup.asked(["--show-completion", "zsh", "extra"])
+    assert completion_setup.asked(["--install-completion"])
     monkeypatch.setattr(shellingham, "detect_shell", no_shell)
     monkeypatch.setenv("SHELL", "/usr/bin/zsh")
     assert completion_setup.run(["--show-completion"]) == 0
