@@ -53,6 +53,14 @@ _APPLY_STATION = typer.Option(
     "an admin's on a shared station). Without it, the run says which differ.",
 )
 
+_ATTACH = typer.Option(
+    False,
+    "--attach",
+    help="Submit nothing: follow your newest run of this profile (one whose gpudesk run was "
+    "killed or lost its terminal) to its end and report it as that run would have, at once if "
+    "its jobs have all ended. Ctrl-C cancels its jobs, as in the run.",
+)
+
 
 @run_app.command()
 def run(
@@ -64,6 +72,7 @@ def run(
     account: str | None = _ACCOUNT,
     qos: str | None = _QOS,
     apply_station: bool = _APPLY_STATION,
+    attach: bool = _ATTACH,
 ) -> None:
     """Run a profile to completion: submit its jobs, follow them, report.
 
@@ -73,8 +82,15 @@ def run(
     SIMULATED station runs on one of its own, beside your engine, which it leaves as it is
     (docs/shared-station.md)."""
     from gpudesk.api.own_station import simulated_backend
+    from gpudesk.cli.run_attach import NothingToAttach
     from gpudesk.cli.run_report import EngineLost, LeftRun, run_profile
 
+    if attach and apply_station:
+        fail(
+            "--attach follows a run already submitted: it applies no [station] settings; "
+            "leave out --apply-station",
+            EXIT_USAGE,
+        )
     loaded = _loaded(profile)
     cluster = target_cluster(on, loaded.cluster, partition=partition, account=account, qos=qos)
     _check_before_submitting(loaded, cluster, report)
@@ -85,7 +101,12 @@ def run(
         client, where = _connect(stack, loaded, simulated, cluster)
         apply, how_to_apply = _station_settings(client, simulated, apply_station)
         # the profile's path and the home's spelled out: an ESC in them never reaches the terminal
-        said = printable_line(f"running {len(loaded.jobs)} job(s) from {source} on {where}")
+        doing = (
+            "attaching to your newest run of"
+            if attach
+            else f"running {len(loaded.jobs)} job(s) from"
+        )
+        said = printable_line(f"{doing} {source} on {where}")
         print(
             textwrap.fill(
                 said, render.terminal_width(), break_on_hyphens=False, break_long_words=False
@@ -101,12 +122,15 @@ def run(
                 cluster=cluster,
                 apply_station=apply,
                 how_to_apply=how_to_apply,
+                attach=attach,
             )
+        except NothingToAttach as nothing:
+            fail(str(nothing))
         except LeftRun as left:
-            print(_left_text(left), file=sys.stderr)
+            print(_left_text(left, profile), file=sys.stderr)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except EngineLost as lost:
-            fail(_lost_text(lost, client.home, simulated))
+            fail(_lost_text(lost, client.home, simulated, profile))
     if json_out:
         print_json(result.to_dict())
     else:
@@ -162,18 +186,19 @@ def _station_settings(client: Client, simulated: str | None, asked: bool) -> tup
     )
 
 
-def _left_text(left: LeftRun) -> str:
+def _left_text(left: LeftRun, profile: str) -> str:
     """What a second Ctrl-C left behind, and how to see it."""
     listing = f"gpudesk queue --group {shlex.quote(left.group)}"
     if left.cancel_asked:
         return f"left the run; the engine is finishing the cancels ({listing} shows them)"
     return (
         f"left the run before the engine was asked to cancel its jobs, so they go on: "
-        f"{listing} lists them, gpudesk cancel ID... cancels them"
+        f"{listing} lists them, gpudesk run {shlex.quote(profile)} --attach follows them to "
+        "the end and reports, gpudesk cancel ID... cancels them"
     )
 
 
-def _lost_text(lost: EngineLost, home: Home, simulated: str | None) -> str:
+def _lost_text(lost: EngineLost, home: Home, simulated: str | None, profile: str) -> str:
     """The engine went away mid-run: what it said, and how to follow the run's jobs again."""
     if home.is_system:
         start = "once the station's engine is back (an admin: sudo systemctl start gpudesk)"
@@ -187,9 +212,11 @@ def _lost_text(lost: EngineLost, home: Home, simulated: str | None) -> str:
         follow = f"{prefix}gpudesk wait {' '.join(map(str, lost.ids))} (or {listing})"
     else:
         follow = listing
+    attach = f"gpudesk run {shlex.quote(profile)} --attach"
     return (
         f"{lost}. This run's jobs may still be queued or running: they outlive the engine, "
-        f"which takes them up again when it starts. To follow them, {start}, then {follow}."
+        f"which takes them up again when it starts. To follow them, {start}, then {follow}; "
+        f"{attach} follows them to the end and reports, as this run would have."
     )
 
 

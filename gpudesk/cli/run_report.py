@@ -30,6 +30,7 @@ from gpudesk.api.submit import (
     submit_profile,
 )
 from gpudesk.api.wakeups import Wakeups
+from gpudesk.cli import run_attach
 from gpudesk.cli.interrupts import INTERRUPTS
 from gpudesk.cli.run_progress import Progress
 from gpudesk.core.cluster import ClusterSpec
@@ -92,6 +93,8 @@ class RunReport:
     ranking: ReportConfig | None = None  # the profile's [report]: the metric that names a best
     # Each job's result metrics (gpudesk.results), for the jobs that printed a result line.
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)
+    # the profile's jobs an attached run's `gpudesk run` never submitted (`--attach`)
+    unsubmitted: int = 0
 
     @property
     def counts(self) -> dict[str, int]:
@@ -102,7 +105,11 @@ class RunReport:
 
     @property
     def succeeded(self) -> bool:
-        return bool(self.jobs) and all(j.state == "succeeded" for j in self.jobs)
+        return (
+            bool(self.jobs)
+            and not self.unsubmitted
+            and all(j.state == "succeeded" for j in self.jobs)
+        )
 
     @property
     def energy(self) -> UsageFigures | None:
@@ -134,6 +141,7 @@ class RunReport:
             "wall_s": round(self.ended_at - self.started_at, 3),
             "interrupted": self.interrupted,
             "succeeded": self.succeeded,
+            "unsubmitted": self.unsubmitted,
             "counts": self.counts,
             "energy": to_builtins(self.energy),
             "grid": {
@@ -418,13 +426,18 @@ def run_profile(
     cluster: ClusterSpec | None = None,
     apply_station: bool = False,
     how_to_apply: str = APPLY_STATION_HINT,
+    attach: bool = False,
 ) -> RunReport:
     """Submit the profile (gpudesk.api.submit: [station], applied only with `apply_station`,
     else each differing setting said with `how_to_apply`; [datasets], the selections' pre-pass
     jobs, then the training jobs if every pre-pass succeeded), follow its jobs to the end; on
-    `cluster` (a Slurm cluster) when given."""
+    `cluster` (a Slurm cluster) when given. `attach`: submit nothing, follow the profile's newest
+    run instead (cli/run_attach.py)."""
     started = time.time()
     group = run_group(profile.name, started)  # names this run's jobs
+    if attach:
+        group, started = run_attach.attached_run(client, profile)
+
     report = RunReport(
         profile=profile.name, group=group, started_at=started, ranking=profile.report
     )
@@ -451,19 +464,12 @@ def run_profile(
 
             try:
                 submitting = True
-                # The selections' pre-passes first, as jobs the engine measures; the training
-                # jobs then find them cached.
-                submit_profile(
-                    client,
-                    profile,
-                    group=group,
-                    wait=follow,
-                    on_step=note,
-                    cache=SelectionCache(client.home.selection_dir),
-                    cluster=cluster,
-                    apply_station=apply_station,
-                    how_to_apply=how_to_apply,
-                )
+                if attach:
+                    run_attach.announce(progress, group, started)
+                else:
+                    _submit_run(
+                        client, profile, group, follow, note, cluster, apply_station, how_to_apply
+                    )
                 follow()
             except KeyboardInterrupt:
                 INTERRUPTS.seen()
@@ -486,7 +492,34 @@ def run_profile(
     finally:
         progress.close()
     _finish(client, report, cluster)
+    if attach:
+        run_attach.finish(profile, report)
     return report
+
+
+def _submit_run(
+    client: Client,
+    profile: Profile,
+    group: str,
+    follow: Callable[..., None],
+    note: Callable[[Step], None],
+    cluster: ClusterSpec | None,
+    apply_station: bool,
+    how_to_apply: str,
+) -> None:
+    """The run's submission (gpudesk.api.submit): the selections' pre-passes first, as jobs
+    the engine measures (`follow`ed), then the training jobs, which find them cached."""
+    submit_profile(
+        client,
+        profile,
+        group=group,
+        wait=follow,
+        on_step=note,
+        cache=SelectionCache(client.home.selection_dir),
+        cluster=cluster,
+        apply_station=apply_station,
+        how_to_apply=how_to_apply,
+    )
 
 
 def _noter(report: RunReport, progress: Progress) -> Callable[[Step], None]:

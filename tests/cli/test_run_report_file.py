@@ -179,6 +179,7 @@ def test_a_run_whose_engine_stops_says_how_to_follow_its_jobs_again(
     assert "gpudesk engine start" in err
     assert f"gpudesk wait {' '.join(map(str, sorted(ids)))}" in err
     assert "gpudesk queue --group " in err
+    assert f"gpudesk run {profile} --attach follows them to the end and reports" in err
 
 
 def test_a_second_ctrl_c_says_what_happens_to_the_jobs(
@@ -223,5 +224,6 @@ def test_a_second_ctrl_c_says_what_happens_to_the_jobs(
     err = run.stderr.read() if run.stderr else ""
     assert "left the run before the engine was asked to cancel its jobs, so they go on" in err
     assert "gpudesk queue --group " in err and "Traceback" not in err, err
+    assert "--attach follows them to the end and reports" in err
     states = sorted(j["state"] for j in engine.client.request("jobs")["jobs"])
     assert states == ["queued", "running", "running"]  # as said: not cancelled

@@ -1,0 +1,92 @@
+"""`gpudesk run PROFILE --attach`: follow a run already submitted, whose `gpudesk run` was
+killed or lost its terminal (an SSH session that dropped), to its end, and report it as that run
+would have. Its jobs went on without it: the engine runs them, not the command that submitted
+them. Nothing is submitted; Ctrl-C cancels the run's jobs, as in the run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from gpudesk.api.submit import profile_of_group
+from gpudesk.core.protocol import JOBS_PAGE_CAP
+from gpudesk.text import printable_line
+
+if TYPE_CHECKING:
+    from gpudesk.api.client import Client
+    from gpudesk.cli.run_progress import Progress
+    from gpudesk.cli.run_report import RunReport
+    from gpudesk.profile import Profile
+
+# How far back `--attach` looks for the newest run of a profile: the user's newest jobs, in
+# pages of the engine's cap (a labelled assumption: 10,000 jobs since the run was cut short).
+ATTACH_PAGES = 100
+
+
+class NothingToAttach(Exception):
+    """No run of the profile to follow (the message says why, and what to do)."""
+
+
+def newest_run(client: Client, profile_name: str) -> str | None:
+    """The newest run (`run_group` name) of the profile among this user's jobs not archived,
+    from the newest job back over at most ATTACH_PAGES pages; None where there is none."""
+    before: int | None = None
+    for _ in range(ATTACH_PAGES):
+        page = client.jobs_page(user=os.getuid(), limit=JOBS_PAGE_CAP, before_id=before)
+        for job in reversed(page.jobs):
+            if job.group and "@" in job.group and profile_of_group(job.group) == profile_name:
+                return job.group
+        if not page.jobs or not page.more:
+            return None
+        before = page.jobs[0].id
+    return None
+
+
+def attached_run(client: Client, profile: Profile) -> tuple[str, float]:
+    """The newest run of `profile` (`newest_run`) and when its first job was submitted.
+    NothingToAttach where there is none, or where the profile's runs start with pre-passes,
+    whose results `gpudesk run` itself records as it goes (a run cut short there is run
+    again)."""
+    from gpudesk.api.prepass import profile_prepasses
+
+    if profile_prepasses(profile):
+        raise NothingToAttach(
+            f"--attach: the runs of {profile.name} start with data-selection pre-passes, whose "
+            "results `gpudesk run` records as it goes, so a run cut short is run again, not "
+            "followed: run the profile without --attach"
+        )
+    group = newest_run(client, profile.name)
+    if group is None:
+        raise NothingToAttach(
+            f"--attach: you have no run of {profile.name} to follow on this engine (among "
+            "your jobs it still lists: `gpudesk queue --all --me`); run the profile without "
+            "--attach"
+        )
+    jobs = client.jobs(group=group, archived=True)
+    return group, min((j.submitted_at for j in jobs), default=time.time())
+
+
+def announce(progress: Progress, group: str, started: float) -> None:
+    """Which run is followed, and since when."""
+    submitted = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+    progress.say(f"run {printable_line(group)}, submitted {submitted}")
+
+
+def finish(profile: Profile, report: RunReport) -> None:
+    """The attached run's report completed: it ended with its last job, not when it was looked
+    at; the profile's jobs its `gpudesk run` never sent (it stopped while submitting them) are
+    counted, and the run then did not succeed."""
+    report.ended_at = max(
+        (j.ended_at or report.ended_at for j in report.jobs), default=report.started_at
+    )
+    missing = Counter(j.name for j in profile.jobs) - Counter(j.name for j in report.jobs)
+    report.unsubmitted = sum(missing.values())
+    if report.unsubmitted:
+        report.notes.append(
+            f"{report.unsubmitted} of the profile's {len(profile.jobs)} jobs were never "
+            "submitted: this run's `gpudesk run` stopped while submitting them (run the "
+            "profile again to run them)"
+        )

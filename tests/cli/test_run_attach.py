@@ -1,0 +1,110 @@
+"""`gpudesk run --attach`: a run whose `gpudesk run` was killed (an SSH session that dropped, a
+SIGKILL) is followed to its end and reported by a second `gpudesk run`, which submits nothing.
+Real engines, real `gpudesk` processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from pathlib import Path
+
+from conftest import EngineHandle, wait_for
+from test_cli import GPUDESK, gpudesk, write_profile
+
+from gpudesk.core.jobs import JobSpec
+
+
+def gated_profile(tmp_path: Path, gate: Path) -> Path:
+    """Three jobs that each print a result once `gate` exists, on a 2-slot CPU station."""
+    script = f"while [ ! -e {gate} ]; do sleep 0.05; done; echo 'result {{\"acc\": 0.5}}'"
+    return write_profile(
+        tmp_path,
+        f"""
+        [station]
+        backend = "none"
+        slots = 2
+        [[jobs]]
+        name = "gated"
+        command = ["sh", "-c", {json.dumps(script)}]
+        repeat = 3
+        """,
+        name="gated.toml",
+    )
+
+
+def test_a_killed_runs_jobs_are_followed_and_reported_by_attach(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    profile = gated_profile(tmp_path, gate)
+    run = subprocess.Popen(
+        [*GPUDESK, "run", str(profile)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        wait_for(
+            lambda: len(engine.client.request("jobs", states=["running"])["jobs"]) == 2,
+            what="two jobs running",
+        )
+    finally:
+        run.send_signal(signal.SIGKILL)  # as a dropped session's run, with no word said
+        run.wait()
+    jobs = engine.client.request("jobs")["jobs"]
+    assert len(jobs) == 3 and len({j["group"] for j in jobs}) == 1
+    group = jobs[0]["group"]
+
+    attached = subprocess.Popen(
+        [*GPUDESK, "run", str(profile), "--attach", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    gate.touch()
+    out, err = attached.communicate(timeout=60)
+    assert attached.returncode == 0, err
+    assert f"run {group}, submitted " in err  # the progress goes to stderr with --json
+    report = json.loads(out)
+    assert report["group"] == group and report["succeeded"] and report["unsubmitted"] == 0
+    assert sorted(j["id"] for j in report["jobs"]) == sorted(j["id"] for j in jobs)
+    assert [j["metrics"] for j in report["jobs"]] == [{"acc": 0.5}] * 3  # read from their logs
+    # the run's span: from its first submission, not from the attach
+    assert report["started_at"] == min(j["submitted_at"] for j in jobs)
+    # nothing was submitted again
+    assert len(engine.client.request("jobs")["jobs"]) == 3
+
+    # its jobs all ended: a second attach reports at once, with the run's own span
+    again = gpudesk("run", str(profile), "--attach")
+    assert again.returncode == 0, again.stderr
+    assert "gated: 3 succeeded in " in again.stdout
+
+
+def test_attach_says_what_a_cut_short_submission_never_sent(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    profile = gated_profile(tmp_path, tmp_path / "open")
+    (tmp_path / "open").touch()
+    # one of the three, as a run cut short after its first job was sent would have left it
+    spec = JobSpec(name="gated#1", command=("true",), workdir=str(tmp_path), group="gated@x.1")
+    engine.api.submit([spec])
+    done = gpudesk("run", str(profile), "--attach")
+    assert done.returncode == 1, done.stdout + done.stderr
+    text = " ".join(done.stdout.split())
+    assert "2 of the profile's 3 jobs were never submitted" in text
+    assert "gated: 1 succeeded in " in text
+
+
+def test_attach_with_nothing_to_follow_or_after_pre_passes_is_one_paragraph(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    profile = gated_profile(tmp_path, tmp_path / "gate")
+    nothing = gpudesk("run", str(profile), "--attach")
+    assert nothing.returncode == 1 and "Traceback" not in nothing.stderr
+    assert "error: --attach: you have no run of gated to follow" in nothing.stderr
+    assert engine.client.request("jobs")["jobs"] == []
+    both = gpudesk("run", str(profile), "--attach", "--apply-station")
+    assert both.returncode == 2 and "leave out --apply-station" in both.stderr
+    selection = Path(__file__).resolve().parents[2] / "profiles" / "selection-costly.toml"
+    prepass = gpudesk("run", str(selection), "--attach")
+    assert prepass.returncode == 1, prepass.stdout + prepass.stderr
+    assert "start with data-selection pre-passes" in prepass.stderr
+    assert engine.client.request("jobs")["jobs"] == []
