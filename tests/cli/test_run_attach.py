@@ -10,27 +10,15 @@ import subprocess
 from pathlib import Path
 
 from conftest import EngineHandle, wait_for
-from test_cli import GPUDESK, gpudesk, write_profile
+from test_cli import GPUDESK, gpudesk, long_jobs_profile
 
 from gpudesk.core.jobs import JobSpec
 
 
 def gated_profile(tmp_path: Path, gate: Path) -> Path:
-    """Three jobs that each print a result once `gate` exists, on a 2-slot CPU station."""
+    """Three jobs (long#1-3) that each print a result once `gate` exists, on 2 CPU slots."""
     script = f"while [ ! -e {gate} ]; do sleep 0.05; done; echo 'result {{\"acc\": 0.5}}'"
-    return write_profile(
-        tmp_path,
-        f"""
-        [station]
-        backend = "none"
-        slots = 2
-        [[jobs]]
-        name = "gated"
-        command = ["sh", "-c", {json.dumps(script)}]
-        repeat = 3
-        """,
-        name="gated.toml",
-    )
+    return long_jobs_profile(tmp_path, ["sh", "-c", script], repeat=3)
 
 
 def test_a_killed_runs_jobs_are_followed_and_reported_by_attach(
@@ -75,7 +63,7 @@ def test_a_killed_runs_jobs_are_followed_and_reported_by_attach(
     # its jobs all ended: a second attach reports at once, with the run's own span
     again = gpudesk("run", str(profile), "--attach")
     assert again.returncode == 0, again.stderr
-    assert "gated: 3 succeeded in " in again.stdout
+    assert "p: 3 succeeded in " in again.stdout
 
 
 def test_attach_says_what_a_cut_short_submission_never_sent(
@@ -84,13 +72,13 @@ def test_attach_says_what_a_cut_short_submission_never_sent(
     profile = gated_profile(tmp_path, tmp_path / "open")
     (tmp_path / "open").touch()
     # one of the three, as a run cut short after its first job was sent would have left it
-    spec = JobSpec(name="gated#1", command=("true",), workdir=str(tmp_path), group="gated@x.1")
+    spec = JobSpec(name="long#1", command=("true",), workdir=str(tmp_path), group="p@x.1")
     engine.api.submit([spec])
     done = gpudesk("run", str(profile), "--attach")
     assert done.returncode == 1, done.stdout + done.stderr
     text = " ".join(done.stdout.split())
     assert "2 of the profile's 3 jobs were never submitted" in text
-    assert "gated: 1 succeeded in " in text
+    assert "p: 1 succeeded in " in text
 
 
 def test_attach_with_nothing_to_follow_or_after_pre_passes_is_one_paragraph(
@@ -99,7 +87,7 @@ def test_attach_with_nothing_to_follow_or_after_pre_passes_is_one_paragraph(
     profile = gated_profile(tmp_path, tmp_path / "gate")
     nothing = gpudesk("run", str(profile), "--attach")
     assert nothing.returncode == 1 and "Traceback" not in nothing.stderr
-    assert "error: --attach: you have no run of gated to follow" in nothing.stderr
+    assert "error: --attach: you have no run of p to follow" in nothing.stderr
     assert engine.client.request("jobs")["jobs"] == []
     both = gpudesk("run", str(profile), "--attach", "--apply-station")
     assert both.returncode == 2 and "leave out --apply-station" in both.stderr
