@@ -5,7 +5,8 @@ a change of the station (`changes_awaited`). The engine asks while the GPUs can 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
 
 from gpudesk.core.jobs import JobSpec
 from gpudesk.core.records import JobRecord
@@ -46,20 +47,33 @@ def changes_awaited(
 ) -> dict[int, str]:
     """The new GPU jobs that can start only once the station changes (an admin leaving MIG
     mode, a lost GPU coming back, a GPU set in MIG mode under policy mig), with the policy's
-    reason: the submitter hears it at once, not from `queue` later. Judged once per shape
-    (what the policy weighs of a new job: its GPUs and hints), for at most CHANGE_CHECKS
-    shapes (a huge sweep is not judged job by job on the loop); a job of a shape judged is
-    always told."""
-    reasons: dict[tuple[int, float | None, float | None], str] = {}
-    changes = {}
-    for record in (r for r in records if r.spec.gpus):
+    reason: the submitter hears it at once, not from `queue` later. Judged by ChangeJudge:
+    once per shape, for at most CHANGE_CHECKS shapes; a job of a shape judged is always
+    told."""
+    judge = ChangeJudge(policy, view)
+    return {r.id: reason for r in records if r.spec.gpus and (reason := judge(r))}
+
+
+@dataclass
+class ChangeJudge:
+    """`PlacementPolicy.change_needed` over one look at the station, judged once per job shape
+    (what the policy weighs of a job: its GPUs, its hints, and its demand where the station
+    knows it), for at most `limit` shapes: a sweep's jobs share a few, and the loop never
+    weighs thousands of different ones. A job of a shape past the limit is not judged ("")."""
+
+    policy: PlacementPolicy
+    view: StationView
+    limit: int = CHANGE_CHECKS
+    reasons: dict[Hashable, str] = field(default_factory=dict)
+
+    def __call__(self, record: JobRecord) -> str:
+        """Why the job can start only once the station changes; "" when it can start as the
+        GPUs are set up (or was not judged)."""
         spec = record.spec
-        shape = (spec.gpus, spec.memory_gb, spec.sm_pct)
-        reason = reasons.get(shape)
+        shape = (spec.gpus, spec.memory_gb, spec.sm_pct, self.view.demands.get(record.id))
+        reason = self.reasons.get(shape)
         if reason is None:
-            if len(reasons) >= CHANGE_CHECKS:
-                continue
-            reason = reasons[shape] = policy.change_needed(record, view)
-        if reason:
-            changes[record.id] = reason
-    return changes
+            if len(self.reasons) >= self.limit:
+                return ""
+            reason = self.reasons[shape] = self.policy.change_needed(record, self.view)
+        return reason

@@ -34,10 +34,11 @@ priority, then the smallest loss, then the longest remaining time.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from gpudesk.core.records import JobRecord
+from gpudesk.policy.admission import ChangeJudge
 from gpudesk.policy.collocation import MAX_OVERTAKES
 from gpudesk.policy.policy import PlacementPolicy, StationView
 from gpudesk.policy.remaining import trusted_drain_s
@@ -101,7 +102,7 @@ class Preemption:
 class Fits:
     """What the rule asks the placement policy (`placed_by`): whether it would start a job on
     a station as given, and whether a job waits for a change to the station that no preemption
-    makes (an admin leaving MIG mode, a lost GPU back: `PlacementPolicy.change_needed`)."""
+    makes (an admin leaving MIG mode, a lost GPU back: `admission.ChangeJudge`)."""
 
     policy: PlacementPolicy
 
@@ -110,20 +111,10 @@ class Fits:
         decision = self.policy.place([job], station)
         return any(p.job_id == job.id for p in decision.placements)
 
-    def waits_for_change(
-        self, job: JobRecord, station: StationView, judged: dict[Hashable, bool] | None = None
-    ) -> bool:
-        """Whether `job` can start only once the station changes. `judged`: answers kept over
-        one call of the rule, by what the policy weighs (the job's GPUs, hints and known
-        demand), so a sweep of such jobs is judged once, not job by job on the loop."""
-        spec = job.spec
-        shape = (spec.gpus, spec.memory_gb, spec.sm_pct, station.demands.get(job.id))
-        if judged is not None and shape in judged:
-            return judged[shape]
-        answer = bool(self.policy.change_needed(job, station))
-        if judged is not None:
-            judged[shape] = answer
-        return answer
+    def change_judge(self, station: StationView) -> ChangeJudge:
+        """Whether a job can start only once the station changes (the policy's reason, or ""),
+        judged once per job shape over one look at `station`."""
+        return ChangeJudge(self.policy, station)
 
 
 def placed_by(policy: PlacementPolicy) -> Fits:
@@ -200,7 +191,7 @@ def choose(
     paying.sort(key=lambda vg: vg[0].order)
     lowest = paying[0][0].priority
     asked = 0
-    judged: dict[Hashable, bool] = {}
+    waits_for_change = fits.change_judge(station)
     for waiting in queue:
         if not waiting.spec.gpus or waiting.id in skip or waiting.held:
             continue
@@ -212,7 +203,7 @@ def choose(
             continue
         # no victim's leaving starts a job that waits for an admin's change: not an asker, and
         # a queue of them ahead does not use up the askers a job that could start is weighed in
-        if fits.waits_for_change(waiting, station, judged):
+        if waits_for_change(waiting):
             continue
         asked += 1
         for victim, gain in serving:
@@ -255,7 +246,7 @@ def held_back(
     where no other may be."""
     if not waiting.spec.gpus or waiting.held:
         return None
-    if fits.waits_for_change(waiting, station):
+    if fits.change_judge(station)(waiting):
         return None  # its wait reason says what change it waits for; no preemption helps
     for victim, for_job in (leaving or {}).items():
         if for_job == waiting.id:
