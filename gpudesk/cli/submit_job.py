@@ -128,15 +128,13 @@ def add_preemption(
 
 
 def check_gpu_hints(spec: JobSpec) -> None:
-    """--mem and --sm say how a job uses its GPU; given without --gpus (0 by default, as
-    sbatch gives none unless asked) they would be kept and the job started with no GPU at
-    all, where a training script falls back to the CPU or fails without a word about why."""
-    if spec.gpus == 0 and (spec.memory_gb is not None or spec.sm_pct is not None):
-        given = " and ".join(
-            option
-            for option, value in (("--mem", spec.memory_gb), ("--sm", spec.sm_pct))
-            if value is not None
-        )
+    """--mem and --sm say how a job uses its GPU: refused without --gpus (0 by default, as
+    sbatch gives none unless asked; core.jobs.gpu_hints_without_gpus says why)."""
+    from gpudesk.core.jobs import gpu_hints_without_gpus
+
+    hinted = gpu_hints_without_gpus(spec)
+    if hinted:
+        given = " and ".join(option_of(key) for key in hinted)
         fail(
             f"{given} describe{'s' if ' and ' not in given else ''} the job's use of a GPU, "
             "but it asks for none (--gpus is 0 unless given), so it would run with no GPU: "

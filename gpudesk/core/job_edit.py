@@ -14,7 +14,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpudesk.core.jobs import JobSpec, JobState, SpecError, check_env, describe
+from gpudesk.core.jobs import (
+    JobSpec,
+    JobState,
+    SpecError,
+    check_env,
+    describe,
+    gpu_hints_without_gpus,
+)
 from gpudesk.core.records import JobRecord
 from gpudesk.text import printable_line, safe_text
 
@@ -103,10 +110,6 @@ def tracked_refusal(job: JobRecord) -> str:
     )
 
 
-# The fields that describe how a job uses its GPU: a hint given to a job with none is a mistake.
-GPU_HINTS = ("memory_gb", "sm_pct")
-
-
 def job_edit(
     spec: JobSpec,
     base_env: Mapping[str, str],
@@ -121,10 +124,11 @@ def job_edit(
     if unknown:
         raise SpecError("unset_env", f"the job has no variable {safe_text(unknown[0])!r} to unset")
     new = edited_spec(spec, fields, set_env, unset_env)
-    hinted = [key for key in GPU_HINTS if fields.get(key) is not None]
-    if hinted and not new.gpus:
-        # as submit refuses --mem and --sm without --gpus (a forgotten --gpus: the job would
-        # run with no GPU, and a training script fall back to the CPU without a word)
+    # as submit refuses them: hints this edit gives a job left with no GPU (`--gpus 0` alone
+    # moves a hinted job to the CPU)
+    given = [key for key, value in fields.items() if value is not None]
+    hinted = gpu_hints_without_gpus(new, given)
+    if hinted:
         raise SpecError(
             hinted[0],
             "it describes the job's use of a GPU, but the job asks for none (gpus 0), so it "

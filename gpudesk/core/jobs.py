@@ -9,7 +9,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -464,6 +464,19 @@ def _checked(key: str, check: Callable[[Any], Any], value: Any) -> Any:
         return check(value)
     except ValueError as exc:
         raise SpecError(key, str(exc)) from None
+
+
+# The fields that say how a job uses its GPU. Given to a job that asks for none they are a
+# mistake (a forgotten --gpus): kept, the job would run with no GPU at all, and a training
+# script fall back to the CPU, or fail, without a word about why.
+GPU_HINT_FIELDS = ("memory_gb", "sm_pct")
+
+
+def gpu_hints_without_gpus(spec: JobSpec, among: Iterable[str] = GPU_HINT_FIELDS) -> list[str]:
+    """The GPU hint fields `spec` gives (of those `among`) while it asks for no GPU."""
+    if spec.gpus:
+        return []
+    return [key for key in GPU_HINT_FIELDS if key in among and getattr(spec, key) is not None]
 
 
 # Field checks keyed by the JobSpec field (and profile key) they validate.
