@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from gpudesk.api.submit import profile_of_group
@@ -82,8 +81,9 @@ def finish(profile: Profile, report: RunReport) -> None:
     report.ended_at = max(
         (j.ended_at or report.ended_at for j in report.jobs), default=report.started_at
     )
-    missing = Counter(j.name for j in profile.jobs) - Counter(j.name for j in report.jobs)
-    report.unsubmitted = sum(missing.values())
+    # counted, not matched by name: a job renamed since (`gpudesk edit --name`) is still sent;
+    # the run's jobs are all the profile's (`attached_run` refuses runs with pre-pass jobs)
+    report.unsubmitted = max(0, len(profile.jobs) - len(report.jobs))
     if report.unsubmitted:
         report.notes.append(
             f"{report.unsubmitted} of the profile's {len(profile.jobs)} jobs were never "
