@@ -30,26 +30,42 @@ def hold_event(held: bool, in_parts: InParts | None = None) -> str:
     return f"held until {whole} are queued{sent}"
 
 
+# The short codes of a held job's wait (`JobView.wait_reason`, what `gpudesk queue` shows as
+# squeue's NODELIST(REASON)): held by its user (Slurm's own word), or by the client sending its
+# submission in parts until the last part is in (Slurm has none: JobHeldAdmin's form)
+HELD_BY_USER = "JobHeldUser"
+HELD_BY_CLIENT = "JobHeldClient"
+
+
+def hold_code(job: JobRecord) -> str | None:
+    """A queued job's hold as its wait code, None when it is not held."""
+    if not job.held:
+        return None
+    return HELD_BY_CLIENT if job.held_in_parts else HELD_BY_USER
+
+
 # hold_event's words for a part of a submission sent in parts: its jobs, and its parts if several
 _HELD_IN_PARTS = re.compile(
     r"held until all ([\d,]+) jobs of its submission are queued(?: \(sent in ([\d,]+) parts\))?"
 )
 
 
-def held_text(job_id: int, events: Sequence[EventRecord]) -> str:
-    """Why a held job waits (`gpudesk show`), from its latest hold event (`hold_event`'s): its
-    user's hold, or its client's while the job's submission arrives in parts, which the client
-    releases once the last part is in; the user's `gpudesk release` is for a client that
-    stopped before that (its parts stay held), not to be done meanwhile."""
+def held_text(job: JobRecord, events: Sequence[EventRecord]) -> str:
+    """Why a held job waits (`gpudesk show`): its user's hold, or its client's while the job's
+    submission arrives in parts (`held_in_parts`), which the client releases once the last part
+    is in; the user's `gpudesk release` is for a client that stopped before that (its parts
+    stay held), not to be done meanwhile. The submission's size is read from the latest hold
+    event (`hold_event`'s words)."""
+    if not job.held_in_parts:
+        return f"held: it will not start until released (gpudesk release {job.id})"
     said = next((event.message for event in reversed(events) if event.kind == "hold"), "")
     found = _HELD_IN_PARTS.fullmatch(said)
-    if found is None:
-        return f"held: it will not start until released (gpudesk release {job_id})"
-    sent = f" in {found[2]} parts" if found[2] else ""
+    size = f" of {found[1]} jobs" if found else ""
+    sent = f" in {found[2]} parts" if found and found[2] else ""
     return (
-        f"held: part of a submission of {found[1]} jobs still arriving{sent}; it starts once "
+        f"held: part of a submission{size} still arriving{sent}; it starts once "
         "the last part is in (its client then releases them all). Only if the client stopped "
-        f"before that do its parts stay held: then `gpudesk release {job_id}` and the rest of "
+        f"before that do its parts stay held: then `gpudesk release {job.id}` and the rest of "
         "them"
     )
 
@@ -78,7 +94,9 @@ class CancelQueued:
 
     def applied(self, now: float) -> JobRecord:
         reason, state = safe_text(self.reason), JobState.CANCELLED
-        return dataclasses.replace(self.job, state=state, ended_at=now, reason=reason, held=False)
+        return dataclasses.replace(
+            self.job, state=state, ended_at=now, reason=reason, held=False, held_in_parts=False
+        )
 
 
 @dataclass(frozen=True)
@@ -95,7 +113,7 @@ class SetHeld:
         return hold_event(self.held, self.in_parts)
 
     def applied(self, now: float) -> JobRecord:
-        return dataclasses.replace(self.job, held=self.held)
+        return dataclasses.replace(self.job, held=self.held, held_in_parts=False)
 
 
 @dataclass(frozen=True)
@@ -112,6 +130,7 @@ class Requeue:
             attempts_before_requeue=self.job.attempts,
             preemptions=0,
             held=False,
+            held_in_parts=False,
             cancel_requested=False,
             kill_deadline=None,
             started_at=None,

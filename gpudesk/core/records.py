@@ -42,6 +42,9 @@ class JobRecord:
     kill_deadline: float | None = None  # wall clock: when a cancel escalates to SIGKILL
     demand: dict[str, Any] | None = None  # raised after an out-of-memory death
     held: bool = False  # a queued job the placement policy must not start until released
+    # held by the client sending its submission in parts, not by its user: the client
+    # releases it once the last part is in (gpudesk.api.submit_parts)
+    held_in_parts: bool = False
     attempts_before_requeue: int = 0  # attempts made before the user last requeued it
     owner: Identity = field(default_factory=Identity.of_process)  # whom it runs as
     # attempts since the last requeue that ended preempted (docs/preemption.md): not counted

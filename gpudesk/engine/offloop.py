@@ -90,8 +90,7 @@ def in_turns(work: Generator[None, None, Any]) -> Any:
 @dataclass(frozen=True)
 class Pending:
     """What `RequestHandlers.handle` returns for a `Later` or a `NextTurn`: the socket calls
-    `start(post)` and holds the connection's next request until `post(reply)` is called (on the
-    loop)."""
+    `start(post)` and holds the connection's next request until the loop calls `post(reply)`."""
 
     start: Callable[[Callable[[bytes], None]], None]
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpudesk.core.job_changes import hold_code
 from gpudesk.core.jobs import JobState
 from gpudesk.core.mig_layout import MigError
 from gpudesk.core.records import JobRecord
@@ -192,14 +193,14 @@ class Scheduler:
         return fair_share_wait(job, queue, self.usage_by_user(), self.fair_share, text)
 
     def wait_codes(self, job_ids: Iterable[int]) -> dict[int, str]:
-        """Why each of these queued jobs waits, as a short code in the words of squeue's
-        NODELIST(REASON) column (explain_wait says it at length): JobHeldUser, Dependency,
-        BadConstraints (placement fails it next turn), TrackingRun (its MLflow run is being
-        made), QOSMaxGRESPerUser (the owner's running jobs hold the GPUs [station]
-        max_running_gpus_per_user allows), Resources (the next of its pool, GPU or CPU, to
-        start: it waits for room), Priority (a job placement takes first waits too). Jobs not
-        in the station's queue are left out. One pass over the queue for all of them, stopping
-        early when one user's jobs wait: a listing page asks for up to 100 jobs."""
+        """Why each of these queued jobs waits, as a short code in squeue's NODELIST(REASON)
+        words (explain_wait says it at length): JobHeldUser (JobHeldClient: held while its
+        submission arrives in parts), Dependency, BadConstraints (placement fails it next turn),
+        TrackingRun (its MLflow run is being made), QOSMaxGRESPerUser (the owner's running jobs
+        hold the GPUs [station] max_running_gpus_per_user allows), Resources (the next of its
+        pool, GPU or CPU, to start: it waits for room), Priority (a job placement takes first
+        waits too). Jobs not in the station's queue are left out. One pass over the queue for
+        all, stopping early when one user's jobs wait: a listing page asks for up to 100."""
         wanted = {job_id: job for job_id in job_ids if (job := self.queue.get(job_id)) is not None}
         if not wanted:
             return {}
@@ -211,7 +212,7 @@ class Scheduler:
 
         def blocker(job: JobRecord) -> str | None:
             if job.held:
-                return "JobHeldUser"
+                return hold_code(job)
             if job.id in blocked or job.id in doomed:
                 return "Dependency"
             if job.id in failing:

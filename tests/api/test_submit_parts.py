@@ -148,6 +148,11 @@ def test_show_of_a_part_still_held_says_its_submission_is_arriving_not_to_releas
     )
     code, out, _ = gpudesk("show", str(job_id))
     assert code == 0 and "still arriving in 2 parts" in " ".join(out.split()), out
+    # `queue` tells the client's hold from the user's (before: JobHeldUser for both)
+    code, out, _ = gpudesk("queue")
+    rows = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert rows[str(job_id)].endswith("(JobHeldClient)"), out
+    assert rows[str(gate)].endswith("(JobHeldUser)"), out
     assert engine.api.release([job_id])[0].outcome == "released"
     assert engine.api.hold([job_id])[0].outcome == "held"
     plain = f"held: it will not start until released (gpudesk release {job_id})"

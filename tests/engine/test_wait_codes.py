@@ -68,3 +68,28 @@ def test_a_slurm_jobs_code_is_slurms_own_reason() -> None:
     assert slurm_views.wait_code(row(state="PENDING", reason="Priority")) == "Priority"
     assert slurm_views.wait_code(row(state="PENDING", reason="None")) == "Pending"
     assert slurm_views.wait_code(row(submission=SENDING)) == "Submitting"
+
+
+def test_a_part_held_by_its_client_is_told_from_a_users_hold_also_once_read_back(
+    home: Home,
+) -> None:
+    """A job held by the client sending its submission in parts waits as JobHeldClient, not
+    JobHeldUser (before: the user's code, as if they had held it; only `show` told them apart,
+    by the hold event's words). The kind is stored: an engine reading the queue back at start
+    says the same; the user's own hold of that job then makes it theirs."""
+    engine = EngineInProcess(home, StationConfig(backend="none", slots=1))
+    try:
+        me = Caller.of_process()
+        jobs = [{"name": f"p{k}", "command": ["true"]} for k in range(2)]
+        parts = engine.ok(me, "submit", jobs=jobs, hold=True, in_parts={"jobs": 4, "parts": 2})
+        (users,) = engine.ok(me, "submit", jobs=jobs[:1], hold=True)["ids"]
+        expected = {**dict.fromkeys(parts["ids"], "JobHeldClient"), users: "JobHeldUser"}
+        assert queued_codes(engine, me) == expected
+        engine.engine.recover()  # as at start: the queue read back from the store
+        assert queued_codes(engine, me) == expected
+        first = parts["ids"][0]
+        engine.ok(me, "release", jobs=[first])
+        engine.ok(me, "hold", jobs=[first])
+        assert queued_codes(engine, me)[first] == "JobHeldUser"
+    finally:
+        engine.close()

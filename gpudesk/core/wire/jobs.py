@@ -163,7 +163,8 @@ class JobView(WireModel, frozen=True):
     # A queued job: why it waits, as a short code in squeue's words: Priority (a job ahead of
     # it waits too), Resources (next to start, waiting for room), Dependency (its --after
     # jobs), BadConstraints (placement fails it on a later turn: it can never run here),
-    # JobHeldUser, QOSMaxGRESPerUser (its owner's GPU limit), TrackingRun (its MLflow
+    # JobHeldUser, JobHeldClient (its client's, while its submission arrives in parts),
+    # QOSMaxGRESPerUser (its owner's GPU limit), TrackingRun (its MLflow
     # run is being made), Drained (the station is drained), BeginTime (--begin ahead),
     # JobArrayTaskLimit (its array's throttle); a Slurm job's is Slurm's own. `show`'s
     # `waiting` says it at length.

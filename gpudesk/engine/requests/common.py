@@ -150,8 +150,7 @@ def _checked_ref(ref: JobRef, field: str) -> int | str:
 
 
 def user_arg(value: str | int | None) -> int | None:
-    """The `user` argument (a user name, or a uid: JobsArgs checks its type and range): its
-    uid."""
+    """The `user` argument (a user name, or a uid: JobsArgs checks its type and range) as a uid."""
     if value is None or isinstance(value, int):
         return value
     uid = user_id(value) if value and is_text(value) else None

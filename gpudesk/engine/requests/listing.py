@@ -174,7 +174,7 @@ class ListingRequests(Requests):
         events, waiting = parts.store.events(job.id, shown + 1), None
         earlier = parts.store.event_count(job.id) - shown if len(events) > shown else 0
         if job.state is JobState.QUEUED and job.held:  # by its user, or its client (in parts)
-            waiting = held_text(job.id, events)
+            waiting = held_text(job, events)
         elif job.state is JobState.QUEUED:
             waiting = backend.explain(job)
         env = None

@@ -20,7 +20,7 @@ from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.core.wire.requests import InParts
 from gpudesk.engine.store.connection import StoreConnection
 from gpudesk.engine.store.listing import read_rows
-from gpudesk.engine.store.records import read_attempt, read_job
+from gpudesk.engine.store.records import HELD_IN_PARTS, read_attempt, read_job
 from gpudesk.engine.store.schema import StoreError, UnknownJob
 from gpudesk.hw.boottime import BootStamp
 from gpudesk.text import safe_text
@@ -39,15 +39,14 @@ class JobTables(StoreConnection):
         held: bool = False,
         in_parts: InParts | None = None,
     ) -> list[JobRecord]:
-        """Queue jobs, all or none, for `owner` (default: the engine's own user), `held` ones
-        in the same transaction (none can start unheld, whatever fails), by the user or by the
-        client sending a submission `in_parts` (its event says which). `base_env` is
-        the submitter's environment, which the jobs start from (stored once however many jobs
-        share it). An `after` of -k names the k-th of these jobs, queued before it: its id is
-        put in."""
+        """Queue jobs, all or none, for `owner` (default: the engine's own user), `held` ones in
+        the same transaction (none can start unheld, whatever fails): by the user, or by the
+        client sending a submission `in_parts` (held as HELD_IN_PARTS; its event says so too).
+        `base_env` is the submitter's environment, which the jobs start from (stored once
+        however many share it). An `after` of -k names the k-th of these jobs: its id is put in."""
         now = now or time.time()
         owner = owner or Identity.of_process()
-        specs = list(specs)
+        specs, parted = list(specs), held and in_parts is not None
         ids: list[int] = []
         env: tuple[str, int] | None = None
         with self.transaction() as conn:
@@ -70,7 +69,7 @@ class JobTables(StoreConnection):
                         owner.uid,
                         owner.gid,
                         json.dumps(list(owner.groups)),
-                        int(held),
+                        HELD_IN_PARTS if parted else int(held),
                     ),
                 )
                 job_id = int(cur.lastrowid or 0)
@@ -84,7 +83,7 @@ class JobTables(StoreConnection):
         if env is not None:
             self._env_ids[env[0]] = env[1]
         return [
-            dataclasses.replace(JobRecord.queued(i, s, now, owner), held=held)
+            dataclasses.replace(JobRecord.queued(i, s, now, owner), held=held, held_in_parts=parted)
             for i, s in zip(ids, specs, strict=True)
         ]
 
@@ -231,9 +230,8 @@ class JobTables(StoreConnection):
 
     # ------------------------------------------------------------ job control
     def edit(self, job_id: int, edit: JobEdit, now: float | None = None) -> JobRecord:
-        """A queued job's new spec (and submitted environment, given one) with its `edit` event,
-        in one transaction; its id, priority and so its place stay. InvalidTransition if it is
-        no longer queued."""
+        """A queued job's new spec (and submitted env, given one) and its `edit` event, in one
+        transaction; its id, priority and place stay. InvalidTransition once it is not queued."""
         now = now or time.time()
         with self.transaction() as conn:
             env = None if edit.base_env is None else self._environment_id(conn, edit.base_env)

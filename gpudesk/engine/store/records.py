@@ -9,6 +9,8 @@ from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import AttemptRecord, EventRecord, JobRecord
 
+HELD_IN_PARTS = 2  # jobs.held: 1 held by its user, 2 by the client sending its submission in parts
+
 
 def read_job(row: sqlite3.Row) -> JobRecord:
     return JobRecord(
@@ -25,6 +27,7 @@ def read_job(row: sqlite3.Row) -> JobRecord:
         kill_deadline=row["kill_deadline"],
         demand=json.loads(row["demand"]) if row["demand"] else None,
         held=bool(row["held"]),
+        held_in_parts=row["held"] == HELD_IN_PARTS,
         attempts_before_requeue=row["attempts_before_requeue"],
         owner=_owner(row),
         preemptions=row["preemptions"],
