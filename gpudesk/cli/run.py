@@ -60,6 +60,14 @@ _ATTACH = typer.Option(
     "killed or lost its terminal) to its end and report it as that run would have, at once if "
     "its jobs have all ended. Ctrl-C cancels its jobs, as in the run.",
 )
+_DETACH = typer.Option(
+    False,
+    "--detach",
+    help="Submit the run and return at once, as sbatch does: the engine runs its jobs; "
+    "gpudesk run PROFILE --attach follows it later to its end and reports. Not for a profile "
+    "whose runs start with data-selection pre-passes (its training jobs are submitted once "
+    "those end).",
+)
 
 
 @run_app.command()
@@ -73,6 +81,7 @@ def run(
     qos: str | None = _QOS,
     apply_station: bool = _APPLY_STATION,
     attach: bool = _ATTACH,
+    detach: bool = _DETACH,
 ) -> None:
     """Run a profile to completion: submit its jobs, follow them, report.
 
@@ -85,13 +94,8 @@ def run(
     from gpudesk.cli.run_attach import NothingToAttach
     from gpudesk.cli.run_report import EngineLost, LeftRun, run_profile
 
-    if attach and apply_station:
-        fail(
-            "--attach follows a run already submitted: it applies no [station] settings; "
-            "leave out --apply-station",
-            EXIT_USAGE,
-        )
     loaded = _loaded(profile)
+    _refuse_what_does_not_go_together(loaded, attach, detach, apply_station, report)
     cluster = target_cluster(on, loaded.cluster, partition=partition, account=account, qos=qos)
     _check_before_submitting(loaded, cluster, report)
     progress = sys.stderr if json_out else sys.stdout
@@ -104,7 +108,7 @@ def run(
         doing = (
             "attaching to your newest run of"
             if attach
-            else f"running {len(loaded.jobs)} job(s) from"
+            else f"{'submitting' if detach else 'running'} {len(loaded.jobs)} job(s) from"
         )
         said = printable_line(f"{doing} {source} on {where}")
         print(
@@ -114,6 +118,9 @@ def run(
             file=progress,
         )
         progress.flush()
+        if detach:
+            _detach(client, loaded, profile, json_out, cluster, apply, how_to_apply, simulated)
+            return
         try:
             result = run_profile(
                 loaded,
@@ -140,6 +147,52 @@ def run(
         raise typer.Exit(EXIT_INTERRUPTED)
     if not result.succeeded or not written:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _refuse_what_does_not_go_together(
+    loaded: Profile, attach: bool, detach: bool, apply_station: bool, report: Path | None
+) -> None:
+    """Options that cannot go together, or with this profile: one paragraph (exit 2), before
+    anything is submitted."""
+    from gpudesk.cli.run_detach import detach_refusal
+
+    if attach and apply_station:
+        fail(
+            "--attach follows a run already submitted: it applies no [station] settings; "
+            "leave out --apply-station",
+            EXIT_USAGE,
+        )
+    if detach and (refusal := detach_refusal(loaded, attach=attach, report=report)):
+        fail(refusal, EXIT_USAGE)
+
+
+def _detach(
+    client: Client,
+    loaded: Profile,
+    profile: str,
+    json_out: bool,
+    cluster: ClusterSpec | None,
+    apply_station: bool,
+    how_to_apply: str,
+    simulated: str | None,
+) -> None:
+    """--detach: the run submitted, what it is and how to follow it said, and no more."""
+    from gpudesk.cli.run_detach import detached_text, submit_detached
+
+    progress = sys.stderr if json_out else sys.stdout
+    detached = submit_detached(
+        client,
+        loaded,
+        progress,
+        cluster=cluster,
+        apply_station=apply_station,
+        how_to_apply=how_to_apply,
+    )
+    if json_out:
+        print_json({"profile": loaded.name, **detached.to_dict()})
+        return
+    prefix = f"GPUDESK_HOME={shlex.quote(str(client.home.root))} " if simulated else ""
+    print(detached_text(detached, profile, prefix))
 
 
 def _loaded(profile: str) -> Profile:

@@ -96,3 +96,50 @@ def test_attach_with_nothing_to_follow_or_after_pre_passes_is_one_paragraph(
     assert prepass.returncode == 1, prepass.stdout + prepass.stderr
     assert "start with data-selection pre-passes" in prepass.stderr
     assert engine.client.request("jobs")["jobs"] == []
+
+
+def test_a_detached_run_is_submitted_at_once_and_attach_reports_it(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """`--detach` returns once the run is queued (as sbatch does), saying its jobs and how to
+    follow it; the jobs run on the engine; `--attach` then reports that run, nothing submitted
+    twice."""
+    gate = tmp_path / "gate"
+    profile = gated_profile(tmp_path, gate)
+    done = gpudesk("run", str(profile), "--detach")
+    assert done.returncode == 0, done.stderr
+    jobs = engine.client.request("jobs")["jobs"]
+    assert len(jobs) == 3 and not any(j["state"] == "succeeded" for j in jobs)  # gate shut
+    group, ids = jobs[0]["group"], sorted(j["id"] for j in jobs)
+    text = " ".join(done.stdout.split())
+    assert f"submitted run {group}, 3 job(s): {ids[0]}-{ids[-1]}" in text, text
+    assert f"gpudesk queue --all --group {group}" in text
+    assert f"gpudesk run {profile} --attach" in text
+    as_json = gpudesk("run", str(profile), "--detach", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    second = json.loads(as_json.stdout)
+    assert second["profile"] == "p" and len(second["ids"]) == 3 and second["group"] != group
+
+    gate.touch()
+    attached = gpudesk("run", str(profile), "--attach", "--json")  # the newest: the second
+    assert attached.returncode == 0, attached.stderr
+    report = json.loads(attached.stdout)
+    assert report["group"] == second["group"] and report["succeeded"]
+    assert sorted(j["id"] for j in report["jobs"]) == second["ids"]
+    assert len(engine.client.request("jobs")["jobs"]) == 6
+
+
+def test_detach_with_what_it_cannot_go_with_is_one_paragraph(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    profile = gated_profile(tmp_path, tmp_path / "gate")
+    selection = Path(__file__).resolve().parents[2] / "profiles" / "selection-costly.toml"
+    for args, said in (
+        ((str(profile), "--detach", "--attach"), "give one of them"),
+        ((str(profile), "--detach", "--report", str(tmp_path / "r.txt")), "--attach --report"),
+        ((str(selection), "--detach"), "start with data-selection pre-passes"),
+    ):
+        refused = gpudesk("run", *args)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        assert said in refused.stderr and refused.stdout == "", refused.stdout
+    assert engine.client.request("jobs")["jobs"] == []

@@ -1,0 +1,108 @@
+"""`gpudesk run PROFILE --detach`: submit a profile's jobs and return at once, as sbatch or
+`pueue add` do. The engine runs the jobs, not the command that submitted them; `gpudesk run
+PROFILE --attach` follows the run later to its end and reports it as a followed run would have
+(cli/run_attach.py), and `gpudesk queue --group RUN` lists its jobs meanwhile.
+"""
+
+from __future__ import annotations
+
+import shlex
+import textwrap
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+from gpudesk import render
+from gpudesk.api.submit import StationReport, Submitted, run_group, submit_profile
+from gpudesk.text import printable_line
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from gpudesk.api.client import Client
+    from gpudesk.api.submit import Step
+    from gpudesk.core.cluster import ClusterSpec
+    from gpudesk.profile import Profile
+
+
+def detach_refusal(profile: Profile, *, attach: bool, report: Path | None) -> str | None:
+    """Why `--detach` cannot go with the rest of the command line, or with this profile; None
+    where it can. Said before anything is submitted."""
+    from gpudesk.api.prepass import profile_prepasses
+
+    if attach:
+        return "--detach submits a run, --attach follows one already submitted: give one of them"
+    if report is not None:
+        return (
+            "--detach: the report is made once the run's jobs have ended; ask for it then with "
+            "gpudesk run PROFILE --attach --report FILE"
+        )
+    if profile_prepasses(profile):
+        return (
+            f"--detach: the runs of {profile.name} start with data-selection pre-passes, and "
+            "their training jobs are submitted once those end, by the `gpudesk run` that "
+            "follows them: run the profile without --detach (in tmux or screen, to leave it)"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class Detached:
+    """A run submitted and left to the engine: its `run_group` name and its jobs."""
+
+    group: str
+    ids: list[int]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"group": self.group, "ids": self.ids}
+
+
+def submit_detached(
+    client: Client,
+    profile: Profile,
+    progress: TextIO,
+    *,
+    cluster: ClusterSpec | None,
+    apply_station: bool,
+    how_to_apply: str,
+) -> Detached:
+    """The profile submitted as one run (what `gpudesk run` would submit), saying on `progress`
+    what the station did with its [station] and which jobs wait for a change to it."""
+
+    def note(step: Step) -> None:
+        if isinstance(step, (Submitted, StationReport)):
+            for line in step.lines():
+                print(line, file=progress)
+
+    outcome = submit_profile(
+        client,
+        profile,
+        group=run_group(profile.name),
+        on_step=note,
+        cluster=cluster,
+        apply_station=apply_station,
+        how_to_apply=how_to_apply,
+    )
+    return Detached(outcome.group, outcome.job_ids)
+
+
+def detached_text(detached: Detached, profile_arg: str, prefix: str) -> str:
+    """What the user is told of a detached run: its jobs, and how to follow it. `prefix`: what
+    `gpudesk queue` needs before it to reach the run's engine (a SIMULATED station's own home;
+    `gpudesk run --attach` finds that station from the profile itself)."""
+    ids = detached.ids
+    consecutive = ids == list(range(ids[0], ids[0] + len(ids))) if ids else False
+    listed = f"{ids[0]}-{ids[-1]}" if consecutive and len(ids) > 1 else " ".join(map(str, ids))
+    jobs = f"{len(ids)} job(s): {listed}" if len(ids) <= 10 or consecutive else f"{len(ids)} jobs"
+    group = shlex.quote(detached.group)
+    said = f"submitted run {detached.group}, {jobs}; the engine runs it without this command."
+    width = render.terminal_width()
+    return "\n".join(
+        [
+            textwrap.fill(
+                printable_line(said), width, break_on_hyphens=False, break_long_words=False
+            ),
+            printable_line(f"  its jobs:  {prefix}gpudesk queue --all --group {group}"),
+            "  follow it to its end and report it (Ctrl-C there cancels its jobs):",
+            printable_line(f"             gpudesk run {shlex.quote(profile_arg)} --attach"),
+        ]
+    )
