@@ -1,10 +1,12 @@
-"""Jobs picked by their owner, name and state rather than named one by one, as scancel picks
+"""Jobs picked by their owner, name, run and state rather than named one by one, as scancel picks
 them (`-u`, `--name`, `--state`): `gpudesk cancel`, `hold` and `release` take the same picks.
-A sweep of 5,000 held jobs is released with `gpudesk release --me --name 'lr-*'`, not 5,000 ids."""
+A sweep of 5,000 held jobs is released with `gpudesk release --me --name 'lr-*'`, not 5,000 ids;
+a run left to the engine (`gpudesk run --detach`) is cancelled with `gpudesk cancel --group RUN`."""
 
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -26,46 +28,62 @@ NamePick = Annotated[
     str | None,
     typer.Option("--name", metavar="GLOB", help="Live jobs whose name matches (lr-*, as queue)."),
 ]
-PICKS = "--user/--me/--name"
+GroupPick = Annotated[
+    str | None,
+    typer.Option(
+        "--group",
+        "-g",
+        metavar="RUN",
+        help="Live jobs of this run (its group, as queue --group: a profile's run, named when "
+        "gpudesk run submits it).",
+    ),
+]
+PICKS = "--user/--me/--name/--group"
+
+
+@dataclass(frozen=True)
+class Picks:
+    """What picks the jobs, where they are not named: every one given must pick a job."""
+
+    user: str | None = None
+    me: bool = False
+    name: str | None = None
+    group: str | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.user is not None or self.me or self.name is not None or self.group is not None
 
 
 def check_picks(
-    jobs: list[str] | None,
-    user: str | None,
-    me: bool,
-    name: str | None,
-    more_picks: tuple[str, bool] = ("", False),
+    jobs: list[str] | None, picks: Picks, more_picks: tuple[str, bool] = ("", False)
 ) -> None:
     """Jobs are named or picked, never both or neither: a usage error, said before any engine
     is asked. `more_picks`: the command's own pick (its option, and whether it was given), as
     cancel's --state."""
     option, given = more_picks
-    picks = PICKS + (f"/{option}" if option else "")
-    picked = user is not None or me or name is not None or given
+    options = PICKS + (f"/{option}" if option else "")
+    picked = picks.given or given
     if jobs and picked:
-        fail(f"name jobs or pick them with {picks}, not both", EXIT_USAGE)
+        fail(f"name jobs or pick them with {options}, not both", EXIT_USAGE)
     if not jobs and not picked:
-        fail(f"which jobs? name them, or pick them with {picks}", EXIT_USAGE)
-    owner_filter(user, me)  # --user with --me: said here too
+        fail(f"which jobs? name them, or pick them with {options}", EXIT_USAGE)
+    owner_filter(picks.user, picks.me)  # --user with --me: said here too
 
 
 def picked_refs(
-    client: Client,
-    jobs: list[str] | None,
-    *,
-    user: str | None,
-    me: bool,
-    name: str | None,
-    states: tuple[str, ...] | None,
+    client: Client, jobs: list[str] | None, picks: Picks, states: tuple[str, ...] | None
 ) -> list[str]:
     """The jobs named (`jobs`, as `check_picks` let them through), or the ids of the live jobs
     the picks choose whose state ("held" for a held queued job) is one of `states` (None: any)."""
     if jobs:
         return list(jobs)
-    listing = client.job_listing(states=["queued", "running"], user=owner_filter(user, me))
+    listing = client.job_listing(
+        states=["queued", "running"], user=owner_filter(picks.user, picks.me), group=picks.group
+    )
     return [
         str(job.id)
         for job in listing.jobs
-        if (name is None or fnmatch.fnmatchcase(job.name, name))
+        if (picks.name is None or fnmatch.fnmatchcase(job.name, picks.name))
         and (states is None or ("held" if job.held else job.state) in states)
     ]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpudesk.cli import submit_extras
+from gpudesk.cli import job_picks, submit_extras
 from gpudesk.cli.common import (
     complete_job,
     complete_signal,
@@ -22,7 +22,7 @@ from gpudesk.cli.common import (
 )
 from gpudesk.cli.common import report_outcomes as _report_outcomes
 from gpudesk.cli.exit_codes import EXIT_TIMED_OUT, EXIT_USAGE
-from gpudesk.cli.job_picks import MePick, NamePick, UserPick, check_picks, picked_refs
+from gpudesk.cli.job_picks import Picks, check_picks, picked_refs
 from gpudesk.cli.no_engine import acting_client, reading_client
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target
 from gpudesk.cli.queue_listing import DEFAULT_LIMIT, QueueOptions, list_queue
@@ -485,9 +485,10 @@ def cancel(
     grace: float = typer.Option(
         10.0, "--grace", metavar="SECONDS", help="Seconds between SIGTERM and SIGKILL."
     ),
-    user: UserPick = None,
-    me: MePick = False,
-    name: NamePick = None,
+    user: job_picks.UserPick = None,
+    me: job_picks.MePick = False,
+    name: job_picks.NamePick = None,
+    group: job_picks.GroupPick = None,
     state: str | None = typer.Option(
         None,
         "--state",
@@ -507,8 +508,9 @@ def cancel(
 ) -> None:
     """Cancel jobs: queued ones at once, running ones with SIGTERM, then SIGKILL after --grace.
 
-    Name them, or pick them as scancel does: --user/--me, --name GLOB, --state (together: the
-    jobs every one of them picks). The engine checks each as it checks a named one.
+    Name them, or pick them as scancel does: --user/--me, --name GLOB, --group RUN (a run's
+    jobs), --state (together: the jobs every one of them picks). The engine checks each as it
+    checks a named one.
 
     With --signal SIG, send SIG to the running jobs and leave them running: USR1, USR2, INT,
     TERM or HUP, the signals a job's wrapper outlives (a suspended job sees it when resumed)."""
@@ -517,11 +519,12 @@ def cancel(
             f"--state: {quoted(state)} is not a live state; use {', '.join(CANCEL_STATES)}",
             EXIT_USAGE,
         )
-    check_picks(jobs, user, me, name, ("--state", state is not None))
+    picks = Picks(user, me, name, group)
+    check_picks(jobs, picks, ("--state", state is not None))
     sent = _signal_name(signal) if signal is not None else None
     states = None if state is None else (state,)
     with acting_client(list(jobs or [])) as client:
-        refs = picked_refs(client, jobs, user=user, me=me, name=name, states=states)
+        refs = picked_refs(client, jobs, picks, states)
         if not refs:
             print("no live job matches", file=sys.stderr)
             return
@@ -542,44 +545,45 @@ def _signal_name(signal: str) -> str:
 @jobs_app.command()
 def hold(
     jobs: list[str] = typer.Argument(None, help=PICKED_JOBS, autocompletion=complete_job),
-    user: UserPick = None,
-    me: MePick = False,
-    name: NamePick = None,
+    user: job_picks.UserPick = None,
+    me: job_picks.MePick = False,
+    name: job_picks.NamePick = None,
+    group: job_picks.GroupPick = None,
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Hold queued jobs: they keep their place in the queue but do not start until released.
 
-    Name them, or pick them as cancel does: --user/--me, --name GLOB (the queued jobs not held
-    that every one of them picks). Exits 1 if a job could not be held (running or finished)."""
-    _hold_or_release("hold", jobs, user, me, name, json_out)
+    Name them, or pick them as cancel does: --user/--me, --name GLOB, --group RUN (the queued
+    jobs not held that every one of them picks). Exits 1 if a job could not be held (running
+    or finished)."""
+    _hold_or_release("hold", jobs, Picks(user, me, name, group), json_out)
 
 
 @jobs_app.command()
 def release(
     jobs: list[str] = typer.Argument(None, help=PICKED_JOBS, autocompletion=complete_job),
-    user: UserPick = None,
-    me: MePick = False,
-    name: NamePick = None,
+    user: job_picks.UserPick = None,
+    me: job_picks.MePick = False,
+    name: job_picks.NamePick = None,
+    group: job_picks.GroupPick = None,
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Release held jobs: they may start again, from the place in the queue they kept.
 
-    Name them, or pick them as cancel does: --user/--me, --name GLOB (the held jobs every one
-    of them picks: an array's, `--name 'NAME_*'`). Exits 1 if a job could not be released
-    (it is running or finished)."""
-    _hold_or_release("release", jobs, user, me, name, json_out)
+    Name them, or pick them as cancel does: --user/--me, --name GLOB, --group RUN (the held
+    jobs every one of them picks: an array's, `--name 'NAME_*'`). Exits 1 if a job could not
+    be released (it is running or finished)."""
+    _hold_or_release("release", jobs, Picks(user, me, name, group), json_out)
 
 
-def _hold_or_release(
-    op: str, jobs: list[str] | None, user: str | None, me: bool, name: str | None, json_out: bool
-) -> None:
+def _hold_or_release(op: str, jobs: list[str] | None, picks: Picks, json_out: bool) -> None:
     """`hold` (among the queued jobs not held) or `release` (among the held ones)."""
-    picks = "queued" if op == "hold" else "held"
-    check_picks(jobs, user, me, name)
+    among = "queued" if op == "hold" else "held"
+    check_picks(jobs, picks)
     with acting_client(list(jobs or [])) as client:
-        refs = picked_refs(client, jobs, user=user, me=me, name=name, states=(picks,))
+        refs = picked_refs(client, jobs, picks, (among,))
         if not refs:
-            print(f"no {picks} job matches", file=sys.stderr)
+            print(f"no {among} job matches", file=sys.stderr)
             return
         results = client.hold(refs) if op == "hold" else client.release(refs)
     _report_outcomes(results, json_out)

@@ -102,6 +102,7 @@ def detached_text(detached: Detached, profile_arg: str, prefix: str) -> str:
                 printable_line(said), width, break_on_hyphens=False, break_long_words=False
             ),
             printable_line(f"  its jobs:  {prefix}gpudesk queue --all --group {group}"),
+            printable_line(f"  cancel it: {prefix}gpudesk cancel --group {group}"),
             "  follow it to its end and report it (Ctrl-C there cancels its jobs):",
             printable_line(f"             gpudesk run {shlex.quote(profile_arg)} --attach"),
         ]

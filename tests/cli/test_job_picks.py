@@ -31,10 +31,36 @@ def test_release_and_hold_pick_jobs_by_name_and_owner(engine: EngineHandle, gpud
 
 def test_names_and_picks_together_or_neither_are_a_usage_error(gpudesk: Run) -> None:
     for argv, says in (
-        (("hold", "3", "--me"), "name jobs or pick them with --user/--me/--name, not both"),
-        (("release",), "which jobs? name them, or pick them with --user/--me/--name"),
-        (("cancel",), "which jobs? name them, or pick them with --user/--me/--name/--state"),
-        (("cancel", "3", "--state", "held"), "--user/--me/--name/--state, not both"),
+        (("hold", "3", "--me"), "name jobs or pick them with --user/--me/--name/--group, not"),
+        (("hold", "3", "-g", "r@1"), "name jobs or pick them with --user/--me/--name/--group,"),
+        (("release",), "which jobs? name them, or pick them with --user/--me/--name/--group"),
+        (
+            ("cancel",),
+            "which jobs? name them, or pick them with --user/--me/--name/--group/--state",
+        ),
+        (("cancel", "3", "--state", "held"), "--user/--me/--name/--group/--state, not both"),
     ):
         code, out, err = gpudesk(*argv)
         assert code == 2 and out == "" and says in err, (argv, err)
+
+
+def test_a_runs_jobs_are_picked_by_its_group(engine: EngineHandle, gpudesk: Run) -> None:
+    """`--group RUN` picks the live jobs of one run (a detached `gpudesk run`'s, say), as
+    `queue --group` lists them; another run's jobs, and a job of no run, are left alone."""
+
+    def run_of(group: str, count: int) -> list[int]:
+        specs = [JobSpec(name=f"j{k}", command=("sleep", "30"), group=group) for k in range(count)]
+        return engine.api.submit_jobs(specs, hold=True).ids
+
+    mine, theirs = run_of("p@20261205-1.1", 2), run_of("p@20261205-1.2", 1)
+    (loose,) = engine.api.submit_jobs([JobSpec(name="j0", command=("true",))], hold=True).ids
+    code, out, err = gpudesk("release", "--group", "p@20261205-1.1", "--name", "j1")
+    assert code == 0 and out.strip() == f"job {mine[1]} (j1): released", (out, err)
+    code, out, err = gpudesk("cancel", "-g", "p@20261205-1.1")
+    assert code == 0, err
+    # j1, released, may have started: "stopping" then; each of the run's jobs, no other
+    assert sorted(int(line.split()[1]) for line in out.splitlines()) == mine, out
+    assert [engine.job(j).state for j in (*theirs, loose)] == ["queued", "queued"]
+    code, out, err = gpudesk("cancel", "--group", "p@20261205-1.1")  # none live any more
+    assert (code, out, err.strip()) == (0, "", "no live job matches")
+    engine.api.cancel([*theirs, loose], grace=0)

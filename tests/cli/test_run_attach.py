@@ -114,6 +114,7 @@ def test_a_detached_run_is_submitted_at_once_and_attach_reports_it(
     text = " ".join(done.stdout.split())
     assert f"submitted run {group}, 3 job(s): {ids[0]}-{ids[-1]}" in text, text
     assert f"gpudesk queue --all --group {group}" in text
+    assert f"gpudesk cancel --group {group}" in text
     assert f"gpudesk run {profile} --attach" in text
     as_json = gpudesk("run", str(profile), "--detach", "--json")
     assert as_json.returncode == 0, as_json.stderr
