@@ -1,12 +1,11 @@
-"""Job control: `gpudesk submit / queue / show / logs / wait / cancel / hold / release /
-priority / requeue`. Each command parses, asks the engine, prints."""
+"""Job control: `gpudesk submit / queue / show / logs / cancel / hold / release / priority /
+requeue` (`wait`: gpudesk.cli.wait). Each command parses, asks the engine, prints."""
 
 from __future__ import annotations
 
 import io
 import os
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,7 +20,7 @@ from gpudesk.cli.common import (
     target_cluster,
 )
 from gpudesk.cli.common import report_outcomes as _report_outcomes
-from gpudesk.cli.exit_codes import EXIT_TIMED_OUT, EXIT_USAGE
+from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.cli.job_picks import Picks, check_picks, picked_refs
 from gpudesk.cli.no_engine import acting_client, reading_client
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target
@@ -440,38 +439,6 @@ def logs(
             fail(joblog.refusal(data.job.id, exc))
     # like `tail --pid` plus the job's own status, so `gpudesk logs -f 3 && next` chains
     raise typer.Exit(ended.exit_status)
-
-
-@jobs_app.command()
-def wait(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
-    timeout: float | None = typer.Option(
-        None, "--timeout", min=0, help="Give up after this many seconds (exit 124)."
-    ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; only exit."),
-) -> None:
-    """Wait until jobs end; exit 0 if all succeeded, else with the status of the first one
-    (in the order given) that did not: its exit code, 128+N if signal N killed it, or 1."""
-    from gpudesk.api.submit import WaitStopped, wait_for_jobs, waited_ids
-
-    deadline = None if timeout is None else time.monotonic() + timeout
-    with reading_client(jobs[0]) as client:
-        ids = waited_ids(client, jobs)
-        try:
-            ended = wait_for_jobs(
-                client,
-                ids,
-                stop=None if deadline is None else lambda: time.monotonic() >= deadline,
-                on_end=None if quiet else lambda job: print(job.outcome, flush=True),
-                usage=False,
-            )
-        except WaitStopped:
-            if not quiet:
-                print(f"gave up after {timeout:g} s; some jobs have not ended", file=sys.stderr)
-            raise typer.Exit(EXIT_TIMED_OUT) from None
-    by_id = {job.id: job for job in ended}
-    failed = [by_id[job_id] for job_id in ids if by_id[job_id].exit_status != 0]
-    raise typer.Exit(failed[0].exit_status if failed else 0)
 
 
 # ------------------------------------------------------------------- job control

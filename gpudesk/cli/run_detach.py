@@ -96,14 +96,15 @@ def detached_text(detached: Detached, profile_arg: str, prefix: str) -> str:
     group = shlex.quote(detached.group)
     said = f"submitted run {detached.group}, {jobs}; the engine runs it without this command."
     width = render.terminal_width()
+    attach = f"gpudesk run {shlex.quote(profile_arg)} --attach"
     return "\n".join(
         [
             textwrap.fill(
                 printable_line(said), width, break_on_hyphens=False, break_long_words=False
             ),
-            printable_line(f"  its jobs:  {prefix}gpudesk queue --all --group {group}"),
-            printable_line(f"  cancel it: {prefix}gpudesk cancel --group {group}"),
-            "  follow it to its end and report it (Ctrl-C there cancels its jobs):",
-            printable_line(f"             gpudesk run {shlex.quote(profile_arg)} --attach"),
+            printable_line(f"  its jobs:     {prefix}gpudesk queue --all --group {group}"),
+            printable_line(f"  wait for it:  {prefix}gpudesk wait --group {group}"),
+            printable_line(f"  cancel it:    {prefix}gpudesk cancel --group {group}"),
+            printable_line(f"  its report:   {attach}  (follows it to its end)"),
         ]
     )

@@ -113,15 +113,24 @@ def test_a_detached_run_is_submitted_at_once_and_attach_reports_it(
     group, ids = jobs[0]["group"], sorted(j["id"] for j in jobs)
     text = " ".join(done.stdout.split())
     assert f"submitted run {group}, 3 job(s): {ids[0]}-{ids[-1]}" in text, text
-    assert f"gpudesk queue --all --group {group}" in text
-    assert f"gpudesk cancel --group {group}" in text
-    assert f"gpudesk run {profile} --attach" in text
+    for line in (
+        f"its jobs: gpudesk queue --all --group {group}",
+        f"wait for it: gpudesk wait --group {group}",
+        f"cancel it: gpudesk cancel --group {group}",
+        f"its report: gpudesk run {profile} --attach",
+    ):
+        assert line in text, text
     as_json = gpudesk("run", str(profile), "--detach", "--json")
     assert as_json.returncode == 0, as_json.stderr
     second = json.loads(as_json.stdout)
     assert second["profile"] == "p" and len(second["ids"]) == 3 and second["group"] != group
 
+    waiting = gpudesk("wait", "--group", group, "--timeout", "0.3")  # the gate is shut
+    assert waiting.returncode == 124, waiting.stdout + waiting.stderr
     gate.touch()
+    waited = gpudesk("wait", "--group", group)  # every job of the run, and only those
+    assert waited.returncode == 0, waited.stderr
+    assert sorted(int(line.split()[1]) for line in waited.stdout.splitlines()) == ids
     attached = gpudesk("run", str(profile), "--attach", "--json")  # the newest: the second
     assert attached.returncode == 0, attached.stderr
     report = json.loads(attached.stdout)
@@ -144,3 +153,25 @@ def test_detach_with_what_it_cannot_go_with_is_one_paragraph(
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
         assert said in refused.stderr and refused.stdout == "", refused.stdout
     assert engine.client.request("jobs")["jobs"] == []
+
+
+def test_wait_for_a_run_takes_the_status_of_its_first_job_that_failed(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """`wait --group` waits for every job of the run, those ended before it too, and exits with
+    the first one's status (in the order submitted) that did not succeed, as `wait ID...`."""
+    specs = [
+        JobSpec(name=f"j{k}", command=("sh", "-c", f"exit {code}"), group="r@1.1")
+        for k, code in enumerate((0, 3, 5))
+    ]
+    ids = engine.api.submit_jobs(specs).ids
+    engine.wait_all_done(list(ids))
+    done = gpudesk("wait", "-q", "--group", "r@1.1")
+    assert (done.returncode, done.stdout) == (3, ""), done.stderr
+    for args, said in (
+        (("wait",), "which jobs? name them, or give one run's with --group RUN"),
+        (("wait", str(ids[0]), "--group", "r@1.1"), "(not both)"),
+        (("wait", "--group", "r@9.9"), "no job is in the run 'r@9.9'"),
+    ):
+        refused = gpudesk(*args)
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
