@@ -8,6 +8,7 @@ this module, and `gpudesk queue`'s fast path (gpudesk.cli.fast_path) runs withou
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
@@ -48,6 +49,12 @@ def _running_command() -> Any:
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
     raise CliError(message, code)
+
+
+def consecutive(ids: Sequence[int]) -> bool:
+    """Whether `ids` (increasing, as an engine hands a submission's out) run on without a gap,
+    so `FIRST-LAST` names them all: another client's submission can come between."""
+    return bool(ids) and ids[-1] - ids[0] + 1 == len(ids)
 
 
 def simulated_banner(backend: str) -> str:

@@ -191,8 +191,13 @@ def _detach(
     if json_out:
         print_json({"profile": loaded.name, **detached.to_dict()})
         return
-    prefix = f"GPUDESK_HOME={shlex.quote(str(client.home.root))} " if simulated else ""
-    print(detached_text(detached, profile, prefix))
+    print(detached_text(detached, profile, _home_prefix(client.home, simulated)))
+
+
+def _home_prefix(home: Home, simulated: str | None) -> str:
+    """What a command needs before it to reach a profile's own SIMULATED station ("" for
+    your engine, which it reaches without)."""
+    return f"GPUDESK_HOME={shlex.quote(str(home.root))} " if simulated else ""
 
 
 def _loaded(profile: str) -> Profile:
@@ -257,7 +262,7 @@ def _lost_text(lost: EngineLost, home: Home, simulated: str | None, profile: str
         start = "once the station's engine is back (an admin: sudo systemctl start gpudesk)"
         prefix = ""
     else:
-        prefix = f"GPUDESK_HOME={shlex.quote(str(home.root))} " if simulated else ""
+        prefix = _home_prefix(home, simulated)
         backend = f"GPUDESK_BACKEND={simulated} " if simulated else ""
         start = f"start the engine again ({prefix}{backend}gpudesk engine start)"
     listing = f"{prefix}gpudesk queue --group {shlex.quote(lost.group)}"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from gpudesk import render
 from gpudesk.api.submit import StationReport, Submitted, run_group, submit_profile
+from gpudesk.cli.common import consecutive
 from gpudesk.text import printable_line
 
 if TYPE_CHECKING:
@@ -90,9 +91,9 @@ def detached_text(detached: Detached, profile_arg: str, prefix: str) -> str:
     `gpudesk queue` needs before it to reach the run's engine (a SIMULATED station's own home;
     `gpudesk run --attach` finds that station from the profile itself)."""
     ids = detached.ids
-    consecutive = ids == list(range(ids[0], ids[0] + len(ids))) if ids else False
-    listed = f"{ids[0]}-{ids[-1]}" if consecutive and len(ids) > 1 else " ".join(map(str, ids))
-    jobs = f"{len(ids)} job(s): {listed}" if len(ids) <= 10 or consecutive else f"{len(ids)} jobs"
+    span = consecutive(ids)
+    listed = f"{ids[0]}-{ids[-1]}" if span and len(ids) > 1 else " ".join(map(str, ids))
+    jobs = f"{len(ids)} job(s): {listed}" if len(ids) <= 10 or span else f"{len(ids)} jobs"
     group = shlex.quote(detached.group)
     said = f"submitted run {detached.group}, {jobs}; the engine runs it without this command."
     width = render.terminal_width()

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpudesk.cli.common import complete_job, fail
+from gpudesk.cli.common import complete_job, consecutive, fail
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.text import quoted
 
@@ -201,6 +201,6 @@ def specs_of(raw: dict[str, Any], extras: Extras, client: Client) -> list[JobSpe
 
 def array_line(ids: list[int], array: ArrayRange) -> str:
     """`submitted array job 12 (tasks 0-9%2: jobs 12-21, at most 2 at once)`."""
-    jobs = f"jobs {ids[0]}-{ids[-1]}" if ids == list(range(ids[0], ids[-1] + 1)) else "jobs"
+    jobs = f"jobs {ids[0]}-{ids[-1]}" if consecutive(ids) else "jobs"
     throttle = f", at most {array.limit} at once" if array.limit is not None else ""
     return f"array job {ids[0]} (tasks {array.text}: {jobs}{throttle})"

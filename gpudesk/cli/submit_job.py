@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudesk.cli.common import engine_client, fail, print_json
+from gpudesk.cli.common import consecutive, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from gpudesk.text import quoted
 
@@ -297,6 +297,6 @@ def _release_hint(ids: list[int]) -> str:
     """How to let held jobs start: `gpudesk release` names jobs one by one (an array's too)."""
     if len(ids) == 1:
         return f"`gpudesk release {ids[0]}` lets it start"
-    if ids == list(range(ids[0], ids[-1] + 1)):
+    if consecutive(ids):
         return f"`gpudesk release $(seq {ids[0]} {ids[-1]})` lets them start"
     return "`gpudesk release` each of its jobs to let it start"

@@ -14,7 +14,7 @@ from typing import cast
 
 from gpudesk import diskspace
 from gpudesk.core.identity import Caller
-from gpudesk.core.job_changes import CancelQueued, JobOutcome, Planned, hold_code
+from gpudesk.core.job_changes import CancelQueued, JobOutcome, Planned
 from gpudesk.core.job_edit import JobEdit
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.records import AttemptRecord, JobRecord
@@ -96,7 +96,7 @@ class LocalView:
         )
 
     def wait_code(self, job: JobRecord) -> str | None:
-        return hold_code(job) or self.codes.get(job.id)
+        return self.codes.get(job.id)
 
     def attempts(self, job: JobRecord) -> list[AttemptView]:
         return [attempt_reply(a) for a in self.store.attempts(job.id)]
