@@ -224,8 +224,10 @@ def test_the_probe_runs_on_the_cpu_and_prints_progress_and_a_summary() -> None:
     # medium: kernels about 35 % of the time on an idle machine, idle between them. A CPU hog
     # beside it stretches the kernels, not the idle gaps (seen: 0.80 with two busy loops on 2
     # cores, 0.98 with the suite's four workers too), so what is checked is that it both works
-    # and idles: every step but the last slept its whole gap (a sleep never ends early)
-    assert 0.1 < summary["busy_share"] < 1.0 and summary["gap_ms"] > 0
+    # and idles: every step but the last slept its whole gap (a sleep never ends early). No
+    # floor on the share: the gap is sized from kernels timed in the warm-up, and a hog there
+    # and gone later leaves long gaps between quick kernels (seen: 0.089 in a clean-clone CI)
+    assert 0.0 < summary["busy_share"] < 1.0 and summary["gap_ms"] > 0
     assert summary["idle_s"] >= (summary["steps"] - 1) * summary["gap_ms"] / 1000 * 0.999
 
 
