@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from conftest import EngineHandle, Run
 
-from gpudesk.core.jobs import JobSpec
+from gpudesk.core.jobs import TERMINAL_STATE_NAMES, JobSpec
 
 
 def test_release_and_hold_pick_jobs_by_name_and_owner(engine: EngineHandle, gpudesk: Run) -> None:
@@ -61,6 +61,8 @@ def test_a_runs_jobs_are_picked_by_its_group(engine: EngineHandle, gpudesk: Run)
     # j1, released, may have started: "stopping" then; each of the run's jobs, no other
     assert sorted(int(line.split()[1]) for line in out.splitlines()) == mine, out
     assert [engine.job(j).state for j in (*theirs, loose)] == ["queued", "queued"]
+    # j1, if it had started, is live until its process has gone: the second cancel waits for that
+    engine.wait_state(mine[1], set(TERMINAL_STATE_NAMES))
     code, out, err = gpudesk("cancel", "--group", "p@20261205-1.1")  # none live any more
     assert (code, out, err.strip()) == (0, "", "no live job matches")
     engine.api.cancel([*theirs, loose], grace=0)
