@@ -5,8 +5,7 @@ What each job is assumed to need is `job_demand`'s.
 
 An attempt runs in its own process session under the wrapper (`runner`), so it outlives the
 engine, and in its own cgroup where the engine may make one (`containment`), so that a cancel and
-its end reach every process it started; `LiveAttempt` is the engine's handle on one while it runs.
-"""
+its end reach every process it started. `LiveAttempt` is the engine's handle on a running one."""
 
 from __future__ import annotations
 
@@ -289,6 +288,7 @@ class Attempts:
                 exit_code=None,
             )
             self.events.job(job.id, str(exc))
+            self.due.mark()  # the place it was given is free again: a queued job may take it
             return
         started = boottime.stamp()  # its time limit counts from here, on CLOCK_BOOTTIME
         faults.after_spawn(launched.pid)  # test only: inert unless GPUDESK_FAULT=after-spawn

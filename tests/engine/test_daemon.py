@@ -88,6 +88,21 @@ def test_impossible_jobs_fail_with_a_reason(engine: EngineHandle, tmp_path) -> N
     assert all(j.state == "failed" for j in jobs.values())
 
 
+def test_jobs_that_fail_to_launch_free_their_places_for_the_queue(
+    engine: EngineHandle, tmp_path
+) -> None:
+    """Two jobs whose working directory is missing take the station's 2 slots and fail at
+    launch, in the same placement pass: the jobs queued behind them start at once. Before, the
+    slots they freed asked for no new pass, and the jobs behind waited for the next event."""
+    missing = str(tmp_path / "nope")
+    ids = engine.submit(
+        *({"name": f"bad-{k}", "command": ["true"], "workdir": missing} for k in range(2)),
+        *({"name": f"good-{k}", "command": ["true"]} for k in range(2)),
+    )
+    jobs = engine.wait_all_done(ids, timeout=20.0)
+    assert [j.state for j in jobs] == ["failed", "failed", "succeeded", "succeeded"], jobs
+
+
 def test_priority_and_first_come_order(engine: EngineHandle, tmp_path) -> None:
     engine.client.request("configure", station={"backend": "none", "slots": 1})
     order = tmp_path / "order"
