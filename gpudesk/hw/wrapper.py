@@ -223,10 +223,34 @@ def _start(command: list[str], workdir: str) -> tuple[int, str | None, int]:
     return pid, None, 0
 
 
+def _env_path(env: dict[bytes, bytes]) -> str:
+    """The PATH a command is looked up on in `env` (the system's default where it has none)."""
+    return env.get(b"PATH", os.defpath.encode()).decode("utf-8", "surrogateescape")
+
+
+def _say_start_failure(
+    error: str, code: int, program: str, job_env: dict[bytes, bytes] | None
+) -> None:
+    """The job's log gets why its command did not start, and for a bare name not found the
+    PATH it was looked up on (with none, the system's default one: os.defpath)."""
+    _say(error)
+    if code == EXIT_NOT_FOUND and "/" not in program:
+        path = os.environ.get("PATH", os.defpath) if job_env is None else _env_path(job_env)
+        _say(f"the job's PATH: {path}")
+
+
 def _exec_failure(program: str, exc: OSError) -> tuple[str, int]:
     """What a command that could not be started is told, and its exit code (as a shell's)."""
     if isinstance(exc, FileNotFoundError):
-        return f"command not found: {program}", EXIT_NOT_FOUND
+        if "/" in program:
+            return f"command not found: {program}", EXIT_NOT_FOUND
+        # A bare name is looked up on the PATH the job was submitted with, as sbatch does: the
+        # usual miss is `python` from a shell whose virtual environment was not active
+        hint = "; was its virtual environment active?" if program.startswith("python") else ""
+        return (
+            f"command not found: {program} (not on the job's PATH, the submitting shell's{hint})",
+            EXIT_NOT_FOUND,
+        )
     if isinstance(exc, PermissionError):
         return f"permission denied: {program}", EXIT_NOT_EXECUTABLE
     return f"cannot start {program}: {exc.strerror or exc}", EXIT_NOT_EXECUTABLE
@@ -297,7 +321,7 @@ def _execvpe(program: str, argv: list[str], env: dict[bytes, bytes]) -> None:
         os.execve(program, argv, env)
     first: OSError | None = None
     last: OSError | None = None
-    path = env.get(b"PATH", os.defpath.encode()).decode("utf-8", "surrogateescape")
+    path = _env_path(env)
     for folder in path.split(os.pathsep):
         try:
             os.execve(os.path.join(folder or ".", program), argv, env)
@@ -454,7 +478,7 @@ def main(argv: list[str]) -> int:
     else:
         child, error, code = _start_as(command, workdir, owner, umask, job_env)
     if error is not None:
-        _say(error)
+        _say_start_failure(error, code, command[0], job_env)
         write_exit(exit_file, exit_code=code, signal=None, ended_at=time.time(), error=error)
         return code
 

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import EngineHandle, wait_for
@@ -73,15 +74,22 @@ def test_impossible_jobs_fail_with_a_reason(engine: EngineHandle, tmp_path) -> N
     # (a job asking for GPUs the station lacks is refused at submission: test_telemetry_e2e)
     (tmp_path / "a-file").touch()
     os.mkfifo(tmp_path / "a-fifo")
-    missing, bad_dir, a_file, a_fifo = engine.submit(
+    missing, no_python, bad_dir, a_file, a_fifo = engine.submit(
         {"name": "missing", "command": ["no-such-program-xyz"]},
+        {"name": "no-python", "command": ["python-no-such-xyz", "-c", "pass"]},
         {"name": "bad-dir", "command": ["true"], "workdir": str(tmp_path / "nope")},
         {"name": "file-dir", "command": ["true"], "workdir": str(tmp_path / "a-file")},
         {"name": "fifo-dir", "command": ["true"], "workdir": str(tmp_path / "a-fifo")},
     )
-    jobs = {j.id: j for j in engine.wait_all_done([missing, bad_dir, a_file, a_fifo])}
-    assert jobs[missing].exit_code == 127
-    assert "command not found: no-such-program-xyz" in jobs[missing].reason
+    jobs = {j.id: j for j in engine.wait_all_done([missing, no_python, bad_dir, a_file, a_fifo])}
+    assert jobs[missing].exit_code == jobs[no_python].exit_code == 127, jobs
+    # a bare name: looked up on the PATH the job was submitted with, which its log gives
+    where = "not on the job's PATH, the submitting shell's"
+    assert jobs[missing].reason == f"command not found: no-such-program-xyz ({where})", jobs
+    log = Path(jobs[missing].log or "").read_text()
+    assert f"gpudesk: the job's PATH: {os.environ['PATH']}\n" in log, log
+    # the usual miss: `python` from a shell whose virtual environment was not active
+    assert jobs[no_python].reason.endswith("; was its virtual environment active?)"), jobs
     assert "does not exist" in jobs[bad_dir].reason
     assert f"{tmp_path / 'a-file'} is not a directory: it is a regular file" in jobs[a_file].reason
     assert f"{tmp_path / 'a-fifo'} is not a directory: it is a named pipe" in jobs[a_fifo].reason
