@@ -277,6 +277,28 @@ def refused(*args: str) -> str:
     return done.stdout + done.stderr
 
 
+def refused_on_full_disk(disk: Path, action: list[str], undo: list[str] | None) -> str:
+    """`gpudesk ACTION` on a disk filled just before, refused (`refused`). The disk is full
+    again before each try: a refused write may free what its journal took, and the engine's own
+    files come and go (its checkpoint thread truncates the WAL), so under load the action may
+    find room (seen: `suspend` once, `edit` once, in whole runs beside a CPU hog). That is no
+    fault: it is undone with room made (`undo`), and tried again, three times at most; an
+    action that cannot be undone (`cancel`) gets one try."""
+    for attempt in range(3 if undo is not None else 1):
+        fill(disk / f"filler-{action[0]}-{attempt}")
+        done = subprocess.run(
+            [sys.executable, "-m", "gpudesk", *action], capture_output=True, text=True, timeout=60
+        )
+        assert "Traceback" not in done.stderr
+        if done.returncode == 1:
+            return done.stdout + done.stderr
+        assert done.returncode == 0 and undo is not None, done.stdout + done.stderr
+        for filler in disk.glob("filler*"):  # room for the undo
+            filler.unlink()
+        assert subprocess.run([sys.executable, "-m", "gpudesk", *undo], timeout=60).returncode == 0
+    raise AssertionError(f"`gpudesk {' '.join(action)}` found room on a full disk every time")
+
+
 def job_names(home: Home) -> list[str]:
     db = sqlite3.connect(home.db)
     try:
@@ -325,15 +347,17 @@ def test_job_control_on_a_full_disk_changes_nothing(
     wait_for(lambda: runner.read_wrapper_pid(engine.home.attempt_dir(first, 1)), 10.0)
     fill(small_disk / "filler")
 
-    for number, action in enumerate((["cancel", "waits"], ["hold", "waits"], ["suspend", "gated"])):
-        # full again before each: a refused write may free what its journal took, and the
-        # engine's own files come and go (once, under CI's load, `suspend` found room)
-        fill(small_disk / f"filler-{number}")
-        said = refused(*action)
+    for action, undo in (
+        (["cancel", "waits"], None),
+        (["hold", "waits"], ["release", "waits"]),
+        (["suspend", "gated"], ["resume", "gated"]),
+    ):
+        said = refused_on_full_disk(small_disk, action, undo)
         assert "nothing changed: the store could not be written: the disk holding " in said
         assert str(engine.home.root) in said, said
-    fill(small_disk / "filler-edit")
-    said = refused("edit", "waits", "--name", "renamed")
+    said = refused_on_full_disk(
+        small_disk, ["edit", "waits", "--name", "renamed"], ["edit", "renamed", "--name", "waits"]
+    )
     assert "the store could not be written" in said and "nothing was changed" in said
     wrapper = runner.read_wrapper_pid(engine.home.attempt_dir(first, 1))
     assert wrapper is not None
