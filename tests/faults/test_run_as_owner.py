@@ -156,6 +156,37 @@ def test_a_job_runs_as_its_owner_with_her_groups_path_and_workdir(
     assert lines[4:] == [f"{workdir}/bin/python", "the python of ada"]
 
 
+def test_a_command_is_looked_up_on_her_path_and_a_miss_names_that_path(
+    station: Station, users: Users, workdir: Path
+) -> None:
+    """A bare name (no shell) is found on the PATH she sent, as her: her own `python`, which
+    root's PATH has not. One found nowhere fails with 127, and the line her log gets names
+    her PATH (read from the job's environment, never the engine's own)."""
+    ada = users.ada
+    path = f"{workdir}/bin:/usr/bin:/bin"
+    ids = [
+        station.ok(
+            ada.caller,
+            "submit",
+            jobs=[{"name": name, "command": [program], "workdir": str(workdir)}],
+            env={"PATH": path},
+        )["ids"][0]
+        for name, program in (("hers", "python"), ("missing", "python-not-hers-xyz"))
+    ]
+    found, missing = (station.wait(ada, job_id, {"succeeded", "failed"}) for job_id in ids)
+    assert found["state"] == "succeeded"
+    assert log_of(station, ids[0]).read_text() == "the python of ada\n"
+    attempt = station.ok(ada.caller, "show", job=ids[1])["attempts"][-1]
+    assert (missing["state"], attempt["exit_code"]) == ("failed", 127)
+    assert attempt["reason"] == (
+        "command not found: python-not-hers-xyz (not on the job's PATH, the submitting shell's; "
+        "was its virtual environment active?)"
+    )
+    assert log_of(station, ids[1]).read_text().splitlines()[-1] == (
+        f"gpudesk: the job's PATH: {path}"
+    )
+
+
 def test_the_log_is_the_owners_alone_and_the_folders_the_engines(
     station: Station, users: Users, workdir: Path
 ) -> None:
