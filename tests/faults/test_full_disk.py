@@ -139,11 +139,16 @@ def test_a_job_that_fills_the_disk_is_recorded_succeeded_and_runs_once(
     assert engine.wait_state(next_id, "failed").exit_code == 3
 
 
-def gpudesk(*args: str) -> str:
-    """What `gpudesk ARGS` prints (GPUDESK_HOME: the small disk's, from the fixture)."""
-    done = subprocess.run(
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`gpudesk ARGS`, run (GPUDESK_HOME: the small disk's, from the fixture)."""
+    return subprocess.run(
         [sys.executable, "-m", "gpudesk", *args], capture_output=True, text=True, timeout=60
     )
+
+
+def gpudesk(*args: str) -> str:
+    """What `gpudesk ARGS` prints, succeeding."""
+    done = cli(*args)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -269,9 +274,7 @@ def test_the_wrapper_exits_with_the_command_code_when_no_record_can_be_written(
 def refused(*args: str) -> str:
     """What `gpudesk ARGS` says when it fails with exit 1 (a job's outcome on stdout, an
     error on stderr)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "gpudesk", *args], capture_output=True, text=True, timeout=60
-    )
+    done = cli(*args)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
     return done.stdout + done.stderr
@@ -286,16 +289,14 @@ def refused_on_full_disk(disk: Path, action: list[str], undo: list[str] | None) 
     action that cannot be undone (`cancel`) gets one try."""
     for attempt in range(3 if undo is not None else 1):
         fill(disk / f"filler-{action[0]}-{attempt}")
-        done = subprocess.run(
-            [sys.executable, "-m", "gpudesk", *action], capture_output=True, text=True, timeout=60
-        )
+        done = cli(*action)
         assert "Traceback" not in done.stderr
         if done.returncode == 1:
             return done.stdout + done.stderr
         assert done.returncode == 0 and undo is not None, done.stdout + done.stderr
         for filler in disk.glob("filler*"):  # room for the undo
             filler.unlink()
-        assert subprocess.run([sys.executable, "-m", "gpudesk", *undo], timeout=60).returncode == 0
+        gpudesk(*undo)
     raise AssertionError(f"`gpudesk {' '.join(action)}` found room on a full disk every time")
 
 
