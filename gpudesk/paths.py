@@ -23,8 +23,10 @@ never used, followed, truncated or chmod-ed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pwd
+import socket
 import stat
 import time
 from dataclasses import dataclass
@@ -48,7 +50,7 @@ _UNKNOWN_UIDS: dict[int, float] = {}
 UNKNOWN_UID_RECHECK_S = 60.0  # a user created for such a uid is named within this
 
 
-def _user_name(uid: int) -> str | None:
+def known_user_name(uid: int) -> str | None:
     """The system's name for a uid, or None."""
     missed = _UNKNOWN_UIDS.get(uid)
     if missed is not None and time.monotonic() - missed < UNKNOWN_UID_RECHECK_S:
@@ -66,7 +68,7 @@ def _user_name(uid: int) -> str | None:
 
 def user_name(uid: int) -> str:
     """A user's name, or their uid when the system has no name for it."""
-    return _user_name(uid) or str(uid)
+    return known_user_name(uid) or str(uid)
 
 
 def check_owner(root: Path) -> None:
@@ -164,8 +166,15 @@ class UnsafePath(HomeError):
 
 
 def _owner(uid: int) -> str:
-    name = _user_name(uid)
+    name = known_user_name(uid)
     return f"{name} (uid {uid})" if name else f"uid {uid}"
+
+
+def listens_at(path: Path) -> bool:
+    """Whether something listens at the Unix socket `path` (a dead engine's socket refuses)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as probe:
+        probe.setblocking(False)
+        return probe.connect_ex(str(path)) in (0, errno.EAGAIN)
 
 
 def file_kind(mode: int) -> str:
@@ -353,14 +362,18 @@ SYSTEM_ADMIN_GROUP = "gpudesk-admin"  # a system engine's admin group, unless to
 
 def system_socket_from_env() -> Path | None:
     """The system engine a client should talk to, or None for a personal engine: GPUDESK_SOCKET
-    when set; else, unless GPUDESK_HOME names a personal home, the station's default socket when
-    one is there."""
+    when set; else, unless GPUDESK_HOME names a personal home, the station's default socket on a
+    station: where its socket, its socket's folder or its state folder is there. The folders
+    count too: a station's engine that an admin stopped has no socket (and a user outside the
+    station's group cannot see into its folder), and its users are then told so, never given an
+    engine of their own beside it."""
     chosen = os.environ.get("GPUDESK_SOCKET")
     if chosen:
         return Path(chosen).expanduser().absolute()
     if os.environ.get("GPUDESK_HOME"):
         return None
-    return SYSTEM_SOCKET if os.path.lexists(SYSTEM_SOCKET) else None
+    station = (SYSTEM_SOCKET, SYSTEM_SOCKET.parent, SYSTEM_STATE_DIR)
+    return SYSTEM_SOCKET if any(os.path.lexists(path) for path in station) else None
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ import pwd
 import socket
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from gpudesk.paths import user_name
+from gpudesk.paths import known_user_name, user_name
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,9 @@ class Identity:
     uid: int
     gid: int  # the primary group
     groups: tuple[int, ...]  # the supplementary groups, sorted, without duplicates
+    # The uid's user name when the job was submitted (None: not known, or stored before schema
+    # 21): a uid deleted and given to another user is not the same owner (`hw.runner.entitled`).
+    login: str | None = field(default=None, compare=False)
 
     @classmethod
     def of_process(cls) -> Identity:
@@ -34,8 +37,15 @@ class Identity:
         return cls.of(os.getuid(), os.getgid(), os.getgroups())
 
     @classmethod
-    def of(cls, uid: int, gid: int, groups: list[int] | tuple[int, ...]) -> Identity:
-        return cls(uid, gid, tuple(sorted(set(groups))))
+    def of(
+        cls, uid: int, gid: int, groups: list[int] | tuple[int, ...], login: str | None = None
+    ) -> Identity:
+        return cls(uid, gid, tuple(sorted(set(groups))), login)
+
+    def named(self) -> Identity:
+        """This identity with the name the user database gives its uid now (as a job's owner is
+        stored: a later check at its launch tells a deleted user's uid given to another)."""
+        return self if self.login is not None else replace(self, login=known_user_name(self.uid))
 
     @property
     def name(self) -> str:

@@ -39,7 +39,7 @@ from gpudesk.core import protocol
 from gpudesk.core.identity import Caller, peer_caller
 from gpudesk.engine.offloop import Pending
 from gpudesk.env_seconds import env_seconds
-from gpudesk.paths import file_kind
+from gpudesk.paths import file_kind, listens_at
 from gpudesk.units import byte_size
 
 log = logging.getLogger("gpudesk.engine")
@@ -160,6 +160,7 @@ class ControlSocket:
         self.is_admin = is_admin or (lambda _caller: True)
         self.limits = limits or SocketLimits()
         self.listener: socket.socket | None = None
+        self.bound: int | None = None  # the inode of the socket it made (close removes only it)
         self.connections: dict[int, _Connection] = {}
         self.usage: dict[int, _Usage] = {}  # by uid
         self.users_connections = 0  # held by callers who are not admins
@@ -170,9 +171,9 @@ class ControlSocket:
 
     # ------------------------------------------------------------ life cycle
     def bind(self) -> None:
-        """Listen at `path` (the caller holds the engine's lock, so a socket already there is a
-        dead engine's and is replaced; anything else there is refused, not removed). A path it
-        cannot listen at raises CannotListen, whose text is the whole explanation."""
+        """Listen at `path`, replacing a dead engine's socket there; a live one's (an engine of
+        another state folder), or anything else, is refused, not removed. A path it cannot
+        listen at raises CannotListen, whose text is the whole explanation."""
         with contextlib.suppress(FileNotFoundError):
             st = os.lstat(self.path)
             if not stat.S_ISSOCK(st.st_mode):
@@ -180,6 +181,13 @@ class ControlSocket:
                     f"the engine cannot listen at {self.path}: {file_kind(st.st_mode)} is there, "
                     "not a socket, and gpudesk does not remove what it did not make. Look at it, "
                     f"move it away (`mv {self.path} {self.path}.old`), then start the engine again."
+                )
+            if listens_at(self.path):
+                raise CannotListen(
+                    f"the engine cannot listen at {self.path}: another engine listens there (one "
+                    "of another state folder). Stop that one first, or give this one a socket of "
+                    "its own (--socket).",
+                    busy=True,
                 )
             os.unlink(self.path)
         self.max_connections = _connection_room()
@@ -197,6 +205,7 @@ class ControlSocket:
             os.chmod(self.path, self.access.mode)
             listener.listen(128)
             listener.setblocking(False)
+            self.bound = os.lstat(self.path).st_ino  # what close() may remove: its own socket
         except OSError as exc:
             listener.close()
             raise CannotListen(
@@ -216,7 +225,8 @@ class ControlSocket:
             self.listener.close()
             self.listener = None
             with contextlib.suppress(OSError):
-                os.unlink(self.path)
+                if os.lstat(self.path).st_ino == self.bound:  # not another engine's since
+                    os.unlink(self.path)
 
     # ---------------------------------------------------------------- polling
     def register(self, poller: select.poll) -> None:
@@ -554,7 +564,11 @@ class ControlSocket:
 
 
 class CannotListen(Exception):
-    """The control socket's path cannot be listened at (something else is there, say)."""
+    """The control socket's path cannot be listened at (`busy`: a live engine listens there)."""
+
+    def __init__(self, message: str, busy: bool = False) -> None:
+        super().__init__(message)
+        self.busy = busy
 
 
 def _turn_away(sock: socket.socket, message: str) -> None:

@@ -511,7 +511,7 @@ def serve(
             log.error("%s", exc)
             engine.close()
             store.close()
-            return EXIT_BAD_HOME
+            return 3 if exc.busy else EXIT_BAD_HOME
         try:
             engine.recover()
             engine.run()

@@ -20,6 +20,7 @@ import errno
 import fcntl
 import json
 import os
+import pwd
 import signal
 import sys
 from dataclasses import dataclass
@@ -171,6 +172,33 @@ def run_as(owner: Identity) -> Identity | None:
     return owner
 
 
+def entitled(owner: Identity) -> Identity:
+    """`owner` as the user database has it now, for a process to run as: the groups it was
+    submitted with that the user still holds (a group taken from her since is not given back).
+    Raises LaunchError where the uid has no user any more, now names another user than the one
+    who submitted (a deleted user's uid given to someone else), or where her primary group is no
+    longer hers: Slurm's slurmd refuses a job of a user the host does not know, likewise."""
+    try:
+        entry = pwd.getpwuid(owner.uid)
+    except KeyError:
+        raise LaunchError(
+            f"its owner, {owner.login or 'uid'} (uid {owner.uid}), is no longer a user of "
+            "this system (the user database has no entry for the uid): it is not run"
+        ) from None
+    if owner.login is not None and entry.pw_name != owner.login:
+        raise LaunchError(
+            f"uid {owner.uid} now belongs to {entry.pw_name}, not to {owner.login}, who "
+            f"submitted it (the user was deleted and the uid given again): it is not run"
+        )
+    holds = {entry.pw_gid, *os.getgrouplist(entry.pw_name, entry.pw_gid)}
+    if owner.gid not in holds:
+        raise LaunchError(
+            f"{entry.pw_name} (uid {owner.uid}) no longer holds the group it was submitted "
+            f"with, gid {owner.gid}: it is not run"
+        )
+    return Identity.of(owner.uid, owner.gid, [g for g in owner.groups if g in holds], owner.login)
+
+
 def log_owner_uid(owner: Identity) -> int:
     """Whose files a job's output.log and its parts must be when the engine reads them
     (gpudesk.joblog reads them as files a user may have planted): its owner's where the job ran
@@ -274,6 +302,8 @@ def launch(
     (`reap`). `containment` is the attempt's cgroup for the wrapper to join, or why there is
     none (`containment.Containment.prepare`). `owner`: the identity to run the command as,
     where it is not the engine's (a system engine's job; `run_as`)."""
+    if owner is not None:
+        owner = entitled(owner)
     problem = workdir_problem(workdir) if owner is None else None
     if problem is not None:
         # (a job run as its owner learns this in the wrapper, as its owner: whether root can

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudesk.paths import SYSTEM_SOCKET
+from gpudesk.paths import SYSTEM_SOCKET, system_socket_from_env
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
 TEXT = "notes of mine, not gpudesk's\n"
@@ -53,9 +53,15 @@ def test_gpudesk_home_naming_a_file_says_to_point_it_at_a_folder(tmp_path: Path)
     assert notes.read_text() == TEXT
 
 
-def test_a_file_where_the_default_home_goes_is_said_as_the_default_homes(tmp_path: Path) -> None:
-    if os.path.lexists(SYSTEM_SOCKET):
-        pytest.skip(f"{SYSTEM_SOCKET} is here: without GPUDESK_HOME, gpudesk talks to it")
+def test_a_file_where_the_default_home_goes_is_said_as_the_default_homes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GPUDESK_HOME", raising=False)
+    monkeypatch.delenv("GPUDESK_SOCKET", raising=False)
+    if system_socket_from_env() is not None:
+        pytest.skip(
+            f"this host is a station: without GPUDESK_HOME, gpudesk talks to {SYSTEM_SOCKET}"
+        )
     state = tmp_path / "state"
     state.mkdir()
     (state / "gpudesk").write_text(TEXT)

@@ -71,3 +71,49 @@ def test_bind_refuses_what_is_not_a_socket(tmp_path: Path) -> None:
         server.bind()
     assert "a regular file is there, not a socket" in str(info.value)
     assert (tmp_path / "c.sock").read_text() == "keep me"
+
+
+def _answers(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        return probe.connect_ex(str(path)) == 0
+
+
+def test_bind_refuses_a_socket_a_live_engine_listens_at_and_leaves_it_to_that_engine(
+    tmp_path: Path,
+) -> None:
+    """Two engines of different state folders (each with its own lock) named one socket: the
+    second replaced the first's, which went on scheduling unreachable, and removed it as it
+    ended. Now the second is refused, and the first keeps its socket."""
+    path = tmp_path / "c.sock"
+    first = ControlSocket(path, lambda raw, caller: raw)
+    first.bind()
+    second = ControlSocket(path, lambda raw, caller: raw)
+    with pytest.raises(CannotListen) as info:
+        second.bind()
+    assert info.value.busy and "another engine listens there" in str(info.value)
+    second.close()
+    assert _answers(path)
+    first.close()
+    assert not path.exists()
+
+
+def test_bind_replaces_a_dead_engines_socket(tmp_path: Path) -> None:
+    path = tmp_path / "c.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as dead:
+        dead.bind(str(path))  # left behind: no one listens
+    server = ControlSocket(path, lambda raw, caller: raw)
+    server.bind()
+    assert _answers(path)
+    server.close()
+
+
+def test_close_leaves_a_socket_that_is_no_longer_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "c.sock"
+    server = ControlSocket(path, lambda raw, caller: raw)
+    server.bind()
+    path.unlink()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as other:
+        other.bind(str(path))
+        other.listen(1)
+        server.close()
+        assert _answers(path)

@@ -17,7 +17,6 @@ import pytest
 
 from gpudesk.core.jobs import JobSpec, SpecError
 from gpudesk.core.tracking_spec import TrackingSpec, resolve_mlflow_uri
-from gpudesk.engine.services.tracking.outbox import Outbox
 from gpudesk.profile import ProfileError, parse_profile
 from gpudesk.tracking import content, messages
 from gpudesk.tracking.messages import (
@@ -31,6 +30,7 @@ from gpudesk.tracking.messages import (
     RunMade,
     SetStatus,
 )
+from gpudesk.tracking.outbox import Outbox
 
 URI = "sqlite:////tmp/mlflow.db"
 

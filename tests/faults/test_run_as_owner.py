@@ -13,6 +13,7 @@ cannot read.
 from __future__ import annotations
 
 import base64
+import grp
 import os
 import shutil
 import stat
@@ -296,3 +297,56 @@ def test_the_log_op_serves_the_owner_and_the_admins_only(
         f"refused: job {job_id} belongs to {ada.name}, and only its owner or root may read "
         "the logs of it"
     )
+
+
+def _held(station: Station, user: User, command: str) -> int:
+    job = {"name": "j", "command": command, "shell": True, "workdir": "/"}
+    args = {"jobs": [job], "env": {"PATH": "/usr/bin:/bin"}, "hold": True}
+    return station.ok(user.caller, "submit", **args)["ids"][0]  # type: ignore[no-any-return]
+
+
+def _released_reason(station: Station, user: User, job_id: int) -> str:
+    station.ok(user.caller, "release", jobs=[job_id])
+    job = station.wait(user, job_id, {"succeeded", "failed"})
+    assert job["state"] == "failed", job
+    attempt = station.ok(user.caller, "show", job=job_id)["attempts"][-1]
+    assert not log_of(station, job_id).exists()  # nothing ran: no log was made for anyone
+    return str(attempt["reason"])
+
+
+def test_a_deleted_owners_job_runs_neither_as_her_uids_next_holder_nor_as_no_one(
+    station: Station, users: Users
+) -> None:
+    """Slurm's slurmd refuses a job whose user the host does not know. Here a job waits, its
+    owner is deleted and her uid given to a new user (useradd -o -u): run, it would be his
+    process with her groups. It fails at launch naming both; once no one holds the uid, it
+    fails saying so."""
+    ada = users.ada
+    reused, gone = _held(station, ada, "id"), _held(station, ada, "id")
+    newcomer = f"gdnew{ada.name[-6:]}"
+    assert subprocess.run(["userdel", ada.name], capture_output=True).returncode == 0
+    made = subprocess.run(
+        ["useradd", "-o", "-u", str(ada.uid), "--no-create-home", newcomer], capture_output=True
+    )
+    assert made.returncode == 0, made.stderr
+    try:
+        said = _released_reason(station, ada, reused)
+        assert f"uid {ada.uid} now belongs to {newcomer}, not to {ada.name}" in said, said
+    finally:
+        subprocess.run(["userdel", newcomer], capture_output=True)
+    said = _released_reason(station, ada, gone)
+    assert f"its owner, {ada.name} (uid {ada.uid}), is no longer a user" in said, said
+
+
+def test_a_group_taken_from_her_while_her_job_waits_is_not_given_to_it(
+    station: Station, users: Users
+) -> None:
+    """The groups a job runs with are those it was submitted with that she still holds."""
+    ada = users.ada
+    job_id = _held(station, ada, "id -G")
+    team = grp.getgrgid(users.team).gr_name
+    assert subprocess.run(["gpasswd", "-d", ada.name, team], capture_output=True).returncode == 0
+    station.ok(ada.caller, "release", jobs=[job_id])
+    assert station.wait(ada, job_id, {"succeeded", "failed"})["state"] == "succeeded"
+    ran_with = {int(g) for g in log_of(station, job_id).read_text().split()}
+    assert ran_with == {ada.gid}

@@ -45,7 +45,7 @@ class JobTables(StoreConnection):
         `base_env` is the submitter's environment, which the jobs start from (stored once
         however many share it). An `after` of -k names the k-th of these jobs: its id is put in."""
         now = now or time.time()
-        owner = owner or Identity.of_process()
+        owner = (owner or Identity.of_process()).named()
         specs, parted = list(specs), held and in_parts is not None
         ids: list[int] = []
         env: tuple[str, int] | None = None
@@ -57,8 +57,8 @@ class JobTables(StoreConnection):
                 spec = specs[number] = spec.with_request_ids(ids)
                 cur = conn.execute(
                     "INSERT INTO jobs (name, grp, spec, base_env, state, priority, submitted_at, "
-                    "owner_uid, owner_gid, owner_groups, held) "
-                    "VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?)",
+                    "owner_uid, owner_gid, owner_groups, owner_login, held) "
+                    "VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
                     (
                         spec.name,
                         spec.group,
@@ -69,6 +69,7 @@ class JobTables(StoreConnection):
                         owner.uid,
                         owner.gid,
                         json.dumps(list(owner.groups)),
+                        owner.login,
                         HELD_IN_PARTS if parted else int(held),
                     ),
                 )

@@ -40,7 +40,7 @@ def _owner(row: sqlite3.Row) -> Identity:
     if row["owner_uid"] is None:
         return Identity.of_process()
     groups = json.loads(row["owner_groups"]) if row["owner_groups"] else []
-    return Identity.of(row["owner_uid"], row["owner_gid"], groups)
+    return Identity.of(row["owner_uid"], row["owner_gid"], groups, row["owner_login"])
 
 
 def read_attempt(row: sqlite3.Row) -> AttemptRecord:

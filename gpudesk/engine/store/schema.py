@@ -326,6 +326,8 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE alone_rates ADD COLUMN sm_pct REAL;
     ALTER TABLE alone_rates ADD COLUMN sm_runs INTEGER NOT NULL DEFAULT 0;
     """,
+    # 21: the owner's user name at submission (hw/runner.py's `entitled`); older jobs: NULL
+    "ALTER TABLE jobs ADD COLUMN owner_login TEXT;",
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

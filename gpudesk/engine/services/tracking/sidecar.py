@@ -31,11 +31,11 @@ from pathlib import Path
 
 from gpudesk import trust
 from gpudesk.core.identity import Identity
-from gpudesk.engine.services.tracking.outbox import Outbox
 from gpudesk.engine.services.tracking.replies import Complaints
 from gpudesk.paths import UnsafePath, open_state_file
 from gpudesk.spawn import SAFE_CWD, module_argv
 from gpudesk.tracking import messages
+from gpudesk.tracking.outbox import Outbox
 
 log = logging.getLogger("gpudesk.engine")
 
