@@ -78,6 +78,7 @@ def check_owner(root: Path) -> None:
     try:
         st = root.stat()
     except FileNotFoundError:
+        _check_not_made_for_another(root)
         return
     except NotADirectoryError:
         raise _not_a_folder(root) from None
@@ -100,6 +101,27 @@ def check_owner(root: Path) -> None:
             f"folder of your own{elsewhere}, or, if this home is yours, take it back: "
             f"`sudo chown -R {user_name(me)} {root}`."
         )
+
+
+def _check_not_made_for_another(root: Path) -> None:
+    """Root must not make its home inside another user's folder: `sudo -E` (or a sudoers
+    env_keep) leaves HOME naming the user's, and root-owned folders there break her own
+    gpudesk, `pip --user` and every program that writes under ~/.local."""
+    if os.geteuid() != 0:
+        return  # anyone else cannot make folders in another user's (or is let, as in /tmp)
+    for folder in root.parents:
+        try:
+            owner = os.stat(folder).st_uid
+        except OSError:
+            continue
+        if owner != 0:
+            raise HomeError(
+                f"you are root, and the gpudesk home {root} would be made inside {folder}, "
+                f"which belongs to {user_name(owner)} (uid {owner}): root's folders there would "
+                "be in that user's way. This happens where sudo keeps HOME (`sudo -E`): run it "
+                "with `sudo -H` or as root's own login, or set GPUDESK_HOME to a folder of root's."
+            )
+        return
 
 
 def _not_a_folder(root: Path, system: bool = False) -> HomeError:

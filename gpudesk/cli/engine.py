@@ -53,11 +53,19 @@ def engine_start(
         "--system",
         help="The station's engine for a whole group (root; docs/shared-station.md).",
     ),
+    # readable=False: click's Path checks that an existing path is readable by whoever runs
+    # this, which root's 0711 state folder is not for a member, even where --system is not given
     state_dir: Path = typer.Option(
-        SYSTEM_STATE_DIR, "--state-dir", help="With --system: where its state lives."
+        SYSTEM_STATE_DIR,
+        "--state-dir",
+        readable=False,
+        help="With --system: where its state lives.",
     ),
     socket: Path = typer.Option(
-        SYSTEM_SOCKET, "--socket", help="With --system: its socket (its folder is the group's)."
+        SYSTEM_SOCKET,
+        "--socket",
+        readable=False,
+        help="With --system: its socket (its folder is the group's).",
     ),
     group: str = typer.Option(
         SYSTEM_GROUP, "--group", help="With --system: the group whose members may use it."
@@ -327,13 +335,17 @@ def loop_line(loop: LoopTimingView) -> str:
 
 @engine_app.command("print-unit")
 def engine_print_unit(
-    state_dir: Path = typer.Option(SYSTEM_STATE_DIR, "--state-dir", help="Where its state lives."),
+    state_dir: Path = typer.Option(
+        SYSTEM_STATE_DIR, "--state-dir", readable=False, help="Where its state lives."
+    ),
     socket: Path = typer.Option(
-        SYSTEM_SOCKET, "--socket", help="Its socket (its folder is the group's)."
+        SYSTEM_SOCKET, "--socket", readable=False, help="Its socket (its folder is the group's)."
     ),
     group: str = typer.Option(SYSTEM_GROUP, "--group", help="The group whose members may use it."),
-    admin_group: str = typer.Option(
-        SYSTEM_ADMIN_GROUP, "--admin-group", help="The group of its admins."
+    admin_group: str | None = typer.Option(
+        None,
+        "--admin-group",
+        help=f"The group of its admins (default {SYSTEM_ADMIN_GROUP}, when it exists).",
     ),
 ) -> None:
     """Print the systemd unit of the station's engine, run by this Python. Install it with
@@ -344,7 +356,10 @@ def engine_print_unit(
     from gpudesk.spawn import module_argv
 
     home = Home.system(socket, state_dir)
-    system_args = ("--group", group, "--admin-group", admin_group)
+    # No --admin-group unless one is named: the engine then takes the default group where it
+    # exists and root alone where not, as `engine start --system` does (a unit naming a missing
+    # group exited 2, which its RestartPreventExitStatus left down).
+    system_args = ("--group", group) + (("--admin-group", admin_group) if admin_group else ())
     sys.stdout.write(
         unit_text(module_argv("gpudesk.engine.daemon", *daemon_args(home, None, system_args)))
     )

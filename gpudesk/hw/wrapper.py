@@ -196,9 +196,12 @@ def _join_cgroup(containment: str) -> str:
 
 
 def _say(text: str) -> None:
-    """A line for the job's log; a full disk must not stop the wrapper."""
-    try:  # noqa: SIM105
-        print(f"gpudesk: {text}", file=sys.stderr, flush=True)
+    """A line for the job's log; a full disk must not stop the wrapper. Its bytes as they came
+    (a non-UTF-8 name's surrogates back to its bytes), which `gpudesk logs` spells as it spells
+    the job's own output (`\\xff`); print() would write Python's `\\udcff` for them."""
+    try:
+        sys.stderr.buffer.write(f"gpudesk: {text}\n".encode("utf-8", "surrogateescape"))
+        sys.stderr.buffer.flush()
     except (OSError, ValueError):
         pass
 

@@ -37,7 +37,9 @@ def test_the_unit_runs_this_python_as_the_station_engine_in_its_delegated_cgroup
     assert argv[0] == sys.executable and argv[argv.index("-m") + 1] == "gpudesk.engine.daemon"
     assert argv[argv.index("--group") + 1] == "lab"
     assert argv[argv.index("--state-dir") + 1] == "/srv/gd"
-    assert argv[argv.index("--admin-group") + 1] == "gpudesk-admin"
+    # no admin group named: the engine's own default (gpudesk-admin where it exists, else root
+    # alone), as `engine start --system`; a unit naming a missing group exited 2 and stayed down
+    assert "--admin-group" not in argv
     assert unit["Delegate"] == ["yes"] and unit["DelegateSubgroup"] == ["engine"]
     assert unit["Slice"] == ["gpudesk.slice"] and unit["KillMode"] == ["process"]
     assert all(doc.startswith("https://") for doc in unit["Documentation"])
@@ -46,6 +48,14 @@ def test_the_unit_runs_this_python_as_the_station_engine_in_its_delegated_cgroup
     # engine, an unusable home, a full disk at start) stops systemd restarting it
     (prevent,) = unit["RestartPreventExitStatus"]
     assert set(prevent.split()) == {"2", "3", str(EXIT_BAD_HOME), str(EXIT_DISK_FULL)}
+
+
+def test_an_admin_group_named_is_passed_on(gpudesk: Run) -> None:
+    code, out, err = gpudesk("engine", "print-unit", "--admin-group", "labadm")
+    assert code == 0, err
+    (start,) = keys(out)["ExecStart"]
+    argv = shlex.split(start)
+    assert argv[argv.index("--admin-group") + 1] == "labadm"
 
 
 def test_systemd_reads_the_printed_unit(gpudesk: Run, tmp_path: Path) -> None:

@@ -113,3 +113,23 @@ def test_a_home_whose_path_is_not_utf8_is_refused_before_anything_is_queued(
     for args in (("submit", "--", "true"), ("engine", "start")):
         one_paragraph(gpudesk({"GPUDESK_HOME": home}, *args), said, "Set GPUDESK_HOME to")
     assert not os.path.lexists(home)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can make folders in another's")
+def test_root_makes_no_home_inside_another_users_folder(tmp_path: Path) -> None:
+    """`sudo -E gpudesk submit` kept the user's HOME: root made ~/.local/state/gpudesk there,
+    root's, and the user's own gpudesk and `pip --user` then failed on it. Refused; nothing made."""
+    theirs = tmp_path / "lin"
+    theirs.mkdir()
+    os.chown(theirs, 54321, 54321)  # a uid no one has: what counts is that it is not root's
+    home = theirs / ".local" / "state" / "gpudesk"
+    for env in ({"HOME": str(theirs)}, {"GPUDESK_HOME": str(home)}):
+        if "HOME" in env and system_socket_from_env() is not None:
+            continue  # on a station, no GPUDESK_HOME means the station's engine
+        one_paragraph(
+            gpudesk({**env, "XDG_STATE_HOME": ""}, "submit", "--", "true"),
+            f"you are root, and the gpudesk home {home} would be made inside {theirs}, which "
+            "belongs to 54321 (uid 54321)",
+            "`sudo -H`",
+        )
+        assert list(theirs.iterdir()) == []

@@ -63,6 +63,10 @@ def test_non_utf8_program_names_fail_cleanly_and_do_not_wedge_the_engine(
     assert (jobs[missing].state, jobs[missing].exit_code) == ("failed", 127)
     assert jobs[missing].reason == "command not found: /no/such/prog\\xff"
     assert jobs[named].state == "failed"
+    # the wrapper's line in the job's log holds the name's own byte, as the job's output
+    # would: `gpudesk logs` spells it \xff on a terminal, not Python's \udcff
+    logged = subprocess.run([*GPUDESK, "logs", str(missing)], capture_output=True, timeout=60)
+    assert b"gpudesk: command not found: /no/such/prog\xff\n" in logged.stdout, logged
 
     # every front end can read them (strict JSON decoding), and cancel answers
     listed = cli("queue", "--all", "--json")

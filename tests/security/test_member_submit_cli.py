@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,3 +50,28 @@ def test_a_members_raised_priority_is_refused_as_the_option(setup: tuple[Station
     # an admin may: the same command queues it
     done = submit_as(station, python, "admin", "--name", "jump", "--priority", "5", "--", "true")
     assert done.returncode == 0, done.stderr
+
+
+def test_a_member_asking_for_the_station_engine_is_told_it_is_roots(
+    setup: tuple[Station, str],
+) -> None:
+    """The station's state folder is root's, 0711: click's own Path check refused it as "not
+    readable" (exit 2), its default value too, before the command could say what is wrong."""
+    station, python = setup
+    state = Path(tempfile.mkdtemp(prefix="gd-state-", dir="/tmp"))
+    try:
+        state.chmod(0o711)  # as a station's engine leaves its own
+        argv = [python, "-P", "-m", "gpudesk", "engine", "start", "--system"]
+        argv += ["--state-dir", str(state), "--socket", str(state / "run" / "control.sock")]
+        done = subprocess.run(
+            ["runuser", "-u", station.users["ada"].name, "--", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd="/",
+        )
+    finally:
+        state.rmdir()
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("error: a system engine runs as root"), done.stderr
+    assert "not readable" not in done.stderr
