@@ -8,6 +8,7 @@ Progress is gpudesk.cli.run_progress's: a live table on a terminal, plain lines 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from gpudesk.cli.interrupts import INTERRUPTS
 from gpudesk.cli.run_progress import Progress
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.hw.telemetry.energy import summarize
+from gpudesk.paths import Home
 from gpudesk.profile import Profile, ReportConfig
 from gpudesk.results import Best, best, read_metrics
 from gpudesk.selection.cache import SelectionCache
@@ -95,6 +97,9 @@ class RunReport:
     metrics: dict[int, dict[str, float]] = field(default_factory=dict)
     # the profile's jobs an attached run's `gpudesk run` never submitted (`--attach`)
     unsubmitted: int = 0
+    # what `gpudesk logs` needs before it to reach the run's engine from this shell: a profile's
+    # own SIMULATED station is another home than the one the shell reaches (`reached_by`)
+    prefix: str = ""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -218,7 +223,7 @@ class RunReport:
         if folder:
             # the command first: wrapped before a long folder, it is never cut in two
             lines.append(
-                f"logs: gpudesk logs ID, or ID{os.sep}ATTEMPT{os.sep}output.log under "
+                f"logs: {self.prefix}gpudesk logs ID, or ID{os.sep}ATTEMPT{os.sep}output.log under "
                 f"{printable_line(render.shorten_path(folder))}{os.sep}"
             )
         lines += [self.energy_line(), *self.loader_lines(), *self.notes]
@@ -439,7 +444,11 @@ def run_profile(
         group, started = run_attach.attached_run(client, profile)
 
     report = RunReport(
-        profile=profile.name, group=group, started_at=started, ranking=profile.report
+        profile=profile.name,
+        group=group,
+        started_at=started,
+        ranking=profile.report,
+        prefix=reached_by(client.home),
     )
     progress = Progress(progress_stream, progress_stream.isatty() if live is None else live)
     note = _noter(report, progress)
@@ -602,3 +611,12 @@ def write_report(report: RunReport, path: Path) -> None:
     else:
         text = report.text() + "\n"
     write_atomically(path, text)
+
+
+def reached_by(home: Home) -> str:
+    """What a command needs before it to reach `home`'s engine from this shell: "" where the
+    shell reaches it anyway, else its GPUDESK_HOME (a profile's own SIMULATED station: a bare
+    `gpudesk logs ID` there showed another job's log, of the engine the shell reaches)."""
+    if home.is_system or Home.from_env() == home:
+        return ""
+    return f"GPUDESK_HOME={shlex.quote(str(home.root))} "

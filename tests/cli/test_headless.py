@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,8 +15,10 @@ from test_api_prepass import job_view  # same folder: on sys.path under pytest
 
 from gpudesk import render
 from gpudesk.api.models import JobView
+from gpudesk.api.own_station import own_station_home
 from gpudesk.cli.run_progress import Progress
-from gpudesk.cli.run_report import RunReport
+from gpudesk.cli.run_report import RunReport, reached_by
+from gpudesk.paths import Home
 from gpudesk.profile import ReportConfig
 
 
@@ -290,3 +295,28 @@ def test_live_table_keeps_the_id_and_time_headers_whole_beside_long_names() -> N
     assert lines[1].split() == ["ID", "NAME", "STATE", "TIME"], lines
     assert all(len(line) <= 60 for line in lines)
     assert lines[2].split()[0] == "1" and lines[2].split()[-2:] == ["queued", "-"]
+
+
+def test_a_profiles_own_simulated_station_is_named_in_the_logs_hint(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report's `logs:` line said a bare `gpudesk logs ID`: from this shell that reached
+    the user's own engine, and showed another job's log under the same id."""
+    monkeypatch.delenv("GPUDESK_BACKEND", raising=False)
+    profile = tmp_path / "simh.toml"
+    profile.write_text(
+        'name = "simh"\n[station]\nbackend = "sim:h100"\n'
+        '[[jobs]]\nname = "g"\ncommand = ["true"]\ngpus = 1\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "gpudesk", "run", str(profile)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "300"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (hint,) = [line for line in done.stdout.splitlines() if line.startswith("logs: ")]
+    station = own_station_home("sim:h100").root
+    assert hint.startswith(f"logs: GPUDESK_HOME={station} gpudesk logs ID"), hint
+    assert reached_by(Home.from_env()) == ""  # the shell's own engine needs no prefix
