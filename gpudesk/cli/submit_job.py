@@ -15,6 +15,7 @@ from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from gpudesk.text import quoted
 
 if TYPE_CHECKING:
+    from gpudesk.api.client import Client
     from gpudesk.api.errors import EngineError
     from gpudesk.cli.submit_extras import Extras
     from gpudesk.core.cluster import ClusterSpec
@@ -247,7 +248,13 @@ def submit_and_report(
         # not save it yet (a full disk: it is in Slurm all the same)
         shown = client.show(job_id).job if to_cluster else None
         slurm = shown.slurm if shown is not None and not json_out else None
+        # after a job that already failed (--after) or was cancelled: the engine takes it
+        # and cancels it in the same turn, as Slurm's kill_invalid_depend; said, not "held"
+        dead = _cancelled_at_once(client, job_id) if spec.dependencies else None
     change = submitted.waits_for_change.get(job_id)
+    if dead is not None:
+        hold = False
+        print(f"note: job {job_id} was cancelled at once: {dead}", file=sys.stderr)
     if parsable:
         print(job_id)
         if submitted.simulated:
@@ -262,6 +269,7 @@ def submit_and_report(
                 "simulated": submitted.simulated,
                 "waits_for_change": change,
                 "held": hold,
+                "state": "cancelled" if dead is not None else "queued",
                 **({"ids": submitted.ids} if extras.array else {}),
             }
         )
@@ -280,6 +288,15 @@ def submit_and_report(
             print(f"note: {line}", file=sys.stderr)
     if shown is not None and shown.unsaved:
         print(f"note: sent to Slurm, {shown.unsaved}", file=sys.stderr)
+
+
+def _cancelled_at_once(client: Client, job_id: int) -> str | None:
+    """Why the job just submitted is already cancelled (a job it runs after has ended as it
+    must not), or None."""
+    job = client.show(job_id).job
+    if job.state != "cancelled":
+        return None
+    return job.reason or "a job it runs after has ended as it must not"
 
 
 def check_workdir_usable(cwd: Path) -> None:

@@ -251,3 +251,28 @@ def test_a_time_limit_stops_the_job_when_its_event_is_refused(engine: EngineHand
     said = engine.home.engine_log.read_text()
     assert "its time limit event was not stored" in said
     assert "engine step failed" not in said
+
+
+def test_a_job_after_one_that_already_failed_is_said_cancelled_not_held(
+    engine: EngineHandle,
+) -> None:
+    """Taken and cancelled in the same turn (as Slurm's kill_invalid_depend): `submit --hold`
+    said `held: gpudesk release N lets it start` and --json `held: true` of a job already
+    cancelled. It says the cancel and its reason now; the exit stays 0, as sbatch's."""
+    failed = submitted_id(gpudesk("submit", "--name", "bad", "--", "false"))
+    assert gpudesk("wait", "-q", str(failed)).returncode == 1
+    held = gpudesk("submit", "--hold", "--after", str(failed), "--", "true")
+    job = submitted_id(held)
+    assert "held:" not in held.stdout, held.stdout
+    assert held.stderr == (
+        f"note: job {job} was cancelled at once: job {failed} (bad), which it runs after, "
+        "failed; this job never ran\n"
+    )
+    shown = json.loads(
+        gpudesk("submit", "--json", "--hold", "--after", str(failed), "--", "true").stdout
+    )
+    assert (shown["held"], shown["state"]) == (False, "cancelled")
+    # after-any of a failed job is met: queued and held as asked, nothing said
+    fine = gpudesk("submit", "--json", "--hold", "--after-any", str(failed), "--", "true")
+    assert (json.loads(fine.stdout)["held"], fine.stderr) == (True, "")
+    gpudesk("cancel", str(json.loads(fine.stdout)["id"]))
