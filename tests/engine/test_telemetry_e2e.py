@@ -527,3 +527,28 @@ def test_a_gpu_lost_mid_run_is_marked_and_gets_no_more_jobs(
     finally:
         handle.stop()
         handle.client.close()
+
+
+def test_a_suspended_job_leaves_its_simulated_gpu_idle_and_keeps_its_memory(
+    sim_engine: EngineHandle, tmp_path: Path
+) -> None:
+    """A stopped job launches no kernel: its SIMULATED GPU kept 98 % SM and full power, and the
+    job went on being charged energy, while it was suspended."""
+    gate = tmp_path / "done"
+    (job_id,) = sim_engine.submit(gated_gpu_job("paused", gate, 85.0))
+    sim_engine.wait_state(job_id, "running")
+
+    def its_gpu(busy: bool) -> dict | None:
+        gpus = [g for g in top_json()["gpus"] if job_id in g["jobs"]]
+        if not gpus or gpus[0]["memory_used_mib"] < 6 * 1024:
+            return None
+        return gpus[0] if (gpus[0]["sm_activity_pct"] > 50) == busy else None
+
+    wait_for(lambda: its_gpu(busy=True), 10.0, interval=0.1, what="the job's GPU busy")
+    assert sim_engine.api.suspend([job_id])[0].outcome == "suspended"
+    idle = wait_for(lambda: its_gpu(busy=False), 10.0, interval=0.1, what="its GPU idle")
+    assert idle["sm_activity_pct"] < 5  # its memory is still held (its_gpu checked it)
+    assert sim_engine.api.resume([job_id])[0].outcome == "resumed"
+    wait_for(lambda: its_gpu(busy=True), 10.0, interval=0.1, what="its GPU busy again")
+    gate.touch()
+    sim_engine.wait_all_done([job_id], timeout=30.0)

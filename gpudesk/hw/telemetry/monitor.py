@@ -69,9 +69,10 @@ class TrackedAttempt:
     suspended: bool = False  # `gpudesk suspend` stopped its processes (it holds its GPUs)
 
     def load(self) -> JobLoad:
-        return JobLoad(
-            self.job_id, self.pgid, self.gpus, self.memory_gb, self.sm_pct, self.mig_slice
-        )
+        # A suspended job keeps its memory and launches no kernel: a SIMULATED GPU shows it so
+        # (0 % SM, its share of the power gone), as a real one would.
+        sm_pct = 0.0 if self.suspended else self.sm_pct
+        return JobLoad(self.job_id, self.pgid, self.gpus, self.memory_gb, sm_pct, self.mig_slice)
 
 
 @dataclass(frozen=True)
