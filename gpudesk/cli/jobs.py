@@ -264,8 +264,8 @@ def queue(
         None,
         "--state",
         "-s",
-        help="Only jobs in these states, comma-separated: queued, held, running, succeeded, "
-        "failed, cancelled (finished ones need no --all).",
+        help="Only jobs in these states, comma-separated: queued, held, running, suspended, "
+        "succeeded, failed, cancelled (finished ones need no --all).",
     ),
     name: str | None = typer.Option(
         None, "--name", help="Only jobs whose name matches this shell pattern (train-*)."
