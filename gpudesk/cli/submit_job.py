@@ -69,7 +69,7 @@ def job_fields(
 def _program_name(program: str) -> str:
     """The job's name where --name gives none: its program's file name, unless that is all
     digits (a job reference of digits is read as an id: the job could not be named by it)."""
-    from gpudesk.core.field_checks import reads_as_job_id
+    from gpudesk.core.field_checks import check_name, reads_as_job_id
     from gpudesk.text import safe_text
 
     # a program whose file name is not UTF-8 runs as it is; its name only shows it
@@ -78,6 +78,14 @@ def _program_name(program: str) -> str:
         fail(
             f"the job would be named after its program, {quoted(name)}, but a job's name cannot be "
             "all digits (digits are read as a job id): give it one with --name",
+            EXIT_USAGE,
+        )
+    try:
+        check_name(name)
+    except ValueError as exc:  # a program with an ESC in it: said as the program's, not --name's
+        fail(
+            f"the job would be named after its program, {quoted(name)}, but {exc}: give it a "
+            "name with --name",
             EXIT_USAGE,
         )
     return name

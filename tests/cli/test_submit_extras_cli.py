@@ -51,3 +51,18 @@ def test_queue_long_is_read_the_same_on_the_fast_path() -> None:
     assert options is not None and options.long and options.all_jobs
     short = plain_queue_options(["-l"])
     assert short is not None and short.long
+
+
+def test_a_program_whose_name_cannot_name_a_job_is_said_as_the_programs(
+    gpudesk, home: object
+) -> None:
+    """The job is named after its program where --name gives none: a program with an ESC in
+    its file name was refused as `--name: a name cannot contain control characters`, an option
+    the user never gave."""
+    code, _, err = gpudesk("submit", "--", "/bin/ec\x1b[31mho", "hi")
+    assert code == 2
+    assert err.startswith(
+        "error: the job would be named after its program, 'ec\\x1b[31mho', but a name cannot "
+        "contain control characters"
+    ), err
+    assert err.rstrip().endswith("give it a name with --name") and "--name:" not in err
