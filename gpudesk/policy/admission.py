@@ -19,13 +19,19 @@ from gpudesk.units import MIB_PER_GB
 CHANGE_CHECKS = 100
 
 
-def never_runs(specs: Sequence[JobSpec], view: StationView, kept_free_mib: float) -> str | None:
+def never_runs(
+    specs: Sequence[JobSpec],
+    view: StationView,
+    kept_free_mib: float,
+    undone: str = "nothing was submitted",
+) -> str | None:
     """Why these jobs are refused, whole: one this station could never run, whatever an admin
     changes on its GPUs: more GPUs than it has (policy.gpu_job_impossible). It could only wait
     and then fail. A memory hint is never a reason: one above what a GPU offers is taken as
     unknown (policy.demand.hint_unknown) and the job runs. A job that fits only after such a
     change (leaving MIG mode on a GPU) is accepted and waits, its reason naming the change
-    (policy.station_fit). None when none is refused."""
+    (policy.station_fit). None when none is refused. `undone`: what was not done (an edit's:
+    the job was left as it was)."""
     for spec in specs:
         if not spec.gpus:
             continue
@@ -35,7 +41,7 @@ def never_runs(specs: Sequence[JobSpec], view: StationView, kept_free_mib: float
             others = len(specs) - 1
             return (
                 f"job {safe_text(spec.name)!r} {impossible}. It could never "
-                "run here, so nothing was submitted"
+                f"run here, so {undone}"
                 + (f" (nor the {others} other job{'s' if others != 1 else ''})" if others else "")
                 + "."
             )

@@ -95,8 +95,10 @@ def test_bad_values_unknown_jobs_and_cycles_change_nothing(
         "unknown_job", engine.api.edit_job, b, {"after": [a, 9999]}
     )
     refused("unknown_job", engine.api.edit_job, "no-such-job", {"name": "x"})
-    # a GPU job on a station with no GPUs: refused as the same submit would be
-    refused("invalid_args", engine.api.edit_job, b, {"gpus": 1})
+    # a GPU job on a station with no GPUs: refused as the same submit would be, and said as
+    # an edit's refusal (it said "nothing was submitted")
+    said = refused("invalid_args", engine.api.edit_job, b, {"gpus": 1})
+    assert said.endswith("so the job was left as it was.") and "submitted" not in said, said
     # c after b, then b after c: they would wait for each other for ever
     engine.api.edit_job(c, {"after": [b]})
     message = refused("invalid_args", engine.api.edit_job, b, {"after": [c]})

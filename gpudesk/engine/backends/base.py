@@ -94,9 +94,9 @@ class JobsView(Protocol):
 class Backend(Protocol):
     """Where jobs run: the operations the request handlers need per job."""
 
-    def admit(self, specs: Sequence[JobSpec]) -> None:
-        """This backend's own checks of a submit's jobs, on the loop, before the checks every
-        submit gets; raises ProtocolError."""
+    def admit(self, specs: Sequence[JobSpec], undone: str = "nothing was submitted") -> None:
+        """This backend's own checks of a submit's (or an edit's) jobs, on the loop, before the
+        checks every submit gets; raises ProtocolError saying `undone`."""
         ...
 
     def submit(

@@ -98,7 +98,7 @@ class SlurmJobs:
         self.local = local  # for a cluster job without a Slurm row
 
     # ----------------------------------------------------------- submitting
-    def admit(self, specs: Sequence[JobSpec]) -> None:
+    def admit(self, specs: Sequence[JobSpec], undone: str = "nothing was submitted") -> None:
         """Nothing here: Slurm's checks run off the loop, after the common ones."""
 
     def submit(

@@ -55,7 +55,9 @@ class EditRequests(Requests):
                 )
                 if cycle:
                     raise ProtocolError(protocol.INVALID_ARGS, f"fields.{key}: {cycle}")
-        self.parts.control.backends.for_spec(edit.spec).admit([edit.spec])  # the station's size
+        self.parts.control.backends.for_spec(edit.spec).admit(
+            [edit.spec], "the job was left as it was"
+        )
         outcome = self.parts.control.backends.for_job(job).edit(job, edit)
         if not outcome.ok:
             raise ProtocolError(protocol.REFUSED, outcome.message)

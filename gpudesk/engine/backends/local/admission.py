@@ -16,12 +16,12 @@ from gpudesk.policy import admission
 
 
 def check_station_fits(
-    specs: Sequence[JobSpec], telemetry: TelemetrySink, scheduler: Scheduler
+    specs: Sequence[JobSpec], telemetry: TelemetrySink, scheduler: Scheduler, undone: str
 ) -> None:
     """Refuse, at once and whole, jobs this station could never run (`admission.never_runs`)."""
     if any(spec.gpus for spec in specs) and telemetry.monitor.opened:
         view = scheduler.station_view(queued_demands=False)
-        refusal = admission.never_runs(specs, view, scheduler.policy.kept_free_mib)
+        refusal = admission.never_runs(specs, view, scheduler.policy.kept_free_mib, undone)
         if refusal:
             raise ProtocolError(protocol.INVALID_ARGS, refusal)
 

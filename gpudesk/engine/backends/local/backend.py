@@ -134,8 +134,8 @@ class LocalBackend:
         self.due = due
 
     # ----------------------------------------------------------- submitting
-    def admit(self, specs: Sequence[JobSpec]) -> None:
-        check_station_fits(specs, self.telemetry, self.scheduler)
+    def admit(self, specs: Sequence[JobSpec], undone: str = "nothing was submitted") -> None:
+        check_station_fits(specs, self.telemetry, self.scheduler, undone)
 
     def submit(
         self,
