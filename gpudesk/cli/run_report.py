@@ -443,13 +443,8 @@ def run_profile(
     if attach:
         group, started = run_attach.attached_run(client, profile)
 
-    report = RunReport(
-        profile=profile.name,
-        group=group,
-        started_at=started,
-        ranking=profile.report,
-        prefix=reached_by(client.home),
-    )
+    report = RunReport(profile.name, group, started, ranking=profile.report)
+    report.prefix = reached_by(client.home)  # `gpudesk logs` from this shell
     progress = Progress(progress_stream, progress_stream.isatty() if live is None else live)
     note = _noter(report, progress)
     submitting = cancel_asked = False
