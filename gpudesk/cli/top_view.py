@@ -17,20 +17,18 @@ from `EngineSummary`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import select
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from gpudesk import render
 from gpudesk.api.connection import engine_pid
 from gpudesk.cli.interrupts import INTERRUPTS
+from gpudesk.cli.top_keys import key_reader, quits
 from gpudesk.core.station import StationConfig
 from gpudesk.paths import Home
 from gpudesk.text import json_text
@@ -449,54 +447,6 @@ def _can_redraw(stream: TextIO) -> bool:
     return stream.isatty() and os.environ.get("TERM", "") not in ("", "dumb")
 
 
-QUIT_KEYS = ("q", "Q")
-
-
-def _sleep(seconds: float) -> str:
-    time.sleep(seconds)
-    return ""
-
-
-@contextlib.contextmanager
-def key_reader(stream: TextIO) -> Iterator[Callable[[float], str]]:
-    """`wait(seconds)`: the keys pressed within `seconds` (returns at the first one), or "".
-
-    On a terminal, keys come one at a time, unechoed, without Enter (cbreak mode: Ctrl-C still
-    interrupts), and the terminal's own mode is put back however top ends. With no terminal
-    (a pipe, a file, /dev/null) `wait` only sleeps: top runs until it is interrupted, as before.
-    """
-    try:
-        fd = stream.fileno()
-        on_tty = stream.isatty()
-    except (OSError, ValueError):  # no stdin at all, or one with no file behind it
-        on_tty = False
-    if not on_tty:
-        yield _sleep
-        return
-    import termios
-    import tty
-
-    saved = termios.tcgetattr(fd)
-    open_ = [True]  # until the terminal hangs up: then select would wake at once forever
-
-    def wait(seconds: float) -> str:
-        if not open_[0]:
-            return _sleep(seconds)
-        ready, _, _ = select.select([fd], [], [], seconds)
-        if not ready:
-            return ""
-        data = os.read(fd, 64)
-        if not data:
-            open_[0] = False
-        return data.decode(errors="replace")
-
-    try:
-        tty.setcbreak(fd, termios.TCSANOW)
-        yield wait
-    finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-
-
 def run_top(
     home: Home,
     *,
@@ -535,7 +485,7 @@ def run_top(
                 deadline = time.monotonic() + interval
                 while (left := deadline - time.monotonic()) > 0:
                     INTERRUPTS.check()  # one Python swallowed (gpudesk.cli.interrupts)
-                    if any(key in QUIT_KEYS for key in wait(left)):
+                    if quits(wait(left)):
                         return
                 view = take_view(source)
     except KeyboardInterrupt:

@@ -121,3 +121,36 @@ def test_without_a_terminal_stdin_is_not_read(home: Home) -> None:
     assert top.poll() is None  # `q` on a pipe is no key: top runs on until interrupted
     top.send_signal(signal.SIGINT)
     assert ended(top) == 0
+
+
+# F2 and Shift-F2 in xterm, F2 in the Linux console, an arrow, Alt-q, a lone Esc: the q and Q
+# in them are no keys pressed
+ESCAPE_SEQUENCES = [b"\x1bOQ", b"\x1b[1;2Q", b"\x1b[[B", b"\x1b[A", b"\x1bq", b"\x1b"]
+
+
+def test_escape_sequences_holding_q_do_not_end_top(terminal: Terminal) -> None:
+    top = start_top(terminal)
+    wait_for(lambda: b"engine not running" in terminal.output, 20.0, what="top's first frame")
+    for sequence in ESCAPE_SEQUENCES:
+        os.write(terminal.master, sequence)
+        time.sleep(0.2)  # each read on its own, as a person presses them
+    # the same sequences in one read, and one cut in two (its end a moment later)
+    os.write(terminal.master, b"".join(ESCAPE_SEQUENCES[:-1]) + b"\x1bO")
+    time.sleep(0.01)
+    os.write(terminal.master, b"Q")
+    frames = terminal.output.count(b"engine not running")
+    wait_for(
+        lambda: terminal.output.count(b"engine not running") > frames + 2,
+        10.0,
+        what="top to go on drawing",
+    )
+    assert top.poll() is None, terminal.output.decode(errors="replace")
+    os.write(terminal.master, b"q")
+    assert ended(top) == 0
+
+
+def test_keys_are_split_whole() -> None:
+    from gpudesk.cli.top_keys import split_keys
+
+    keys = ["\x1bOQ", "q", "\x1b[1;2Q", "Q", "x"]
+    assert split_keys("\x1bOQq\x1b[1;2QQx\x1b[") == (keys, "\x1b[")
