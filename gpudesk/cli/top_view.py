@@ -7,12 +7,15 @@ STATE column says SUSPENDED or running). `--json` keeps joules.
 
 When an engine runs for this home, top shows what the engine's sampler sees (it never starts
 one); otherwise it samples the station directly, which for `--once` and `--json` means two
-readings 0.12 s apart.
+readings 0.12 s apart. A top left open asks again whether an engine answers, every
+`top_engine.RETRY_S` on a thread of its own (gpudesk.cli.top_engine), and shows the engine's view
+again once one does: top started before the engine, or the engine restarted or paused, comes
+back to it as htop and nvitop users expect.
 
-The engine is asked through `gpudesk.api.Client`, imported only when an engine runs: without
-one, top loads no msgspec. A frame is drawn from the view `--json` prints: the
-snapshot as the wire carries it (the direct sampler makes the same shape), with `engine`
-from `EngineSummary`.
+A frame is drawn from the view `--json` prints: the snapshot as the wire carries it (the direct
+sampler makes the same shape), with `engine` from `EngineSummary` and `jobs_known` false where
+the jobs shown are not known to be all (sampled directly in a home where an engine has run:
+its jobs run on without it).
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from gpudesk import render
-from gpudesk.api.connection import engine_pid
 from gpudesk.cli.interrupts import INTERRUPTS
+from gpudesk.cli.top_engine import EngineProbe, EngineSummary, engine_status, engine_view
 from gpudesk.cli.top_keys import key_reader, quits
 from gpudesk.core.station import StationConfig
 from gpudesk.paths import Home
@@ -35,47 +38,9 @@ from gpudesk.text import json_text
 from gpudesk.units import MIB_PER_GIB, watt_hours
 
 DIRECT_WINDOW_S = 0.12  # GPM (>= 0.1 s apart), CPU % and energy all need two readings
-FIRST_SAMPLE_WAIT_S = 3.0  # an engine that just started has no sample yet
 GIB = MIB_PER_GIB
 WIDTH = 80  # a frame into a pipe or a file, without $COLUMNS
 BAR = 16  # the SM and memory bars: room for "energy 12.5 Wh since 21:40 (integrated)"
-
-
-@dataclass(frozen=True)
-class EngineSummary:
-    """What top says of the engine, from its `status` (`engine` in `--json`); `error` when
-    it holds its home's lock but does not answer."""
-
-    pid: int
-    error: str | None = None
-    policy: str = ""
-    backend: str = ""
-    configured_backend: str = ""
-    slots_busy: int = 0
-    slots_total: int = 0
-    gpus_busy: int = 0
-    gpus_total: int = 0
-    queued: int = 0
-    running_jobs: int = 0
-    drained: str | None = None  # `drained by ada since …` while the station is drained
-
-    def to_json(self) -> dict[str, Any]:
-        if self.error is not None:
-            return {"running": True, "pid": self.pid, "error": self.error}
-        return {
-            "running": True,
-            "pid": self.pid,
-            "policy": self.policy,
-            "backend": self.backend,
-            "configured_backend": self.configured_backend,
-            "slots_busy": self.slots_busy,
-            "slots_total": self.slots_total,
-            "gpus_busy": self.gpus_busy,
-            "gpus_total": self.gpus_total,
-            "queued": self.queued,
-            "running_jobs": self.running_jobs,
-            **({"drained": self.drained} if self.drained else {}),
-        }
 
 
 @dataclass
@@ -85,72 +50,65 @@ class Source:
     home: Home
     engine: EngineSummary | None = None
     monitor: Any = None  # telemetry.monitor.Monitor when sampling directly
-    note: str | None = None
+    note: str | None = None  # of the backend sampled directly
+    engine_note: str | None = None  # why the engine's view is not shown
     explicit: bool = False  # the backend sampled directly was named, not found by `auto`
+    requested: str | None = None  # GPUDESK_BACKEND, where it names one
+    probe: EngineProbe | None = None  # a live top sampling directly: asks for the engine again
 
     def close(self) -> None:
         if self.monitor is not None:
             self.monitor.close()
 
 
-def _engine_status(home: Home) -> EngineSummary | None:
-    pid = engine_pid(home)
-    if pid is None:
-        return None
-    from gpudesk.api.client import Client
-    from gpudesk.api.errors import EngineError
-
-    try:
-        with Client.attach(home, timeout=2.0) as client:
-            status = client.status()
-    except EngineError as exc:
-        return EngineSummary(pid, error=str(exc))
-    station = status.station
-    return EngineSummary(
-        status.pid,
-        policy=station.policy,
-        backend=station.effective_backend,
-        configured_backend=station.backend,
-        slots_busy=status.slots.busy,
-        slots_total=status.slots.total,
-        gpus_busy=status.gpus.busy,
-        gpus_total=status.gpus.total,
-        queued=status.counts.get("queued", 0),
-        running_jobs=status.counts.get("running", 0),
-        drained=status.drain.line() if status.drain else None,
-    )
-
-
 def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
     """The engine when it runs and watches the backend asked for, else direct sampling."""
     env = dict(os.environ) if env is None else env
     requested = env.get("GPUDESK_BACKEND") or None
-    engine = _engine_status(home)
-    answering = engine is not None and engine.error is None
-    if (
-        engine is not None
-        and answering
-        and (requested is None or requested in (engine.backend, engine.configured_backend))
-    ):
-        return Source(home, engine)
+    engine = engine_status(home)
+    if engine is not None and engine.watches(requested):
+        return Source(home, engine, requested=requested)
     backend_name = StationConfig().with_env_override(env).backend
     from gpudesk.hw.telemetry.backend import make_backend
     from gpudesk.hw.telemetry.monitor import Monitor
 
     backend = make_backend(backend_name)
-    source = Source(home, engine, Monitor(backend), explicit=backend_name == "nvml")
-    if engine is not None and answering:
-        source.note = (
-            f"the engine watches {engine.backend}; showing "
-            f"GPUDESK_BACKEND={requested}, sampled directly"
-        )
-    elif backend_name == "auto" and backend.name == "none":
+    source = Source(
+        home, engine, Monitor(backend), explicit=backend_name == "nvml", requested=requested
+    )
+    source.engine_note = _engine_note(engine, requested)
+    if backend_name == "auto" and backend.name == "none":
         from gpudesk.hw.telemetry.nvml import nvml_problem
 
         # auto found no driver: say so, rather than a bare "none" a user takes for a bug
         why = nvml_problem() or "no NVIDIA driver answered when top started"
         source.note = f"no GPUs shown: GPUDESK_BACKEND=auto looked for NVML and {why}"
     return source
+
+
+def _engine_note(
+    engine: EngineSummary | None, requested: str | None, lost: bool = False
+) -> str | None:
+    """Why top samples the station itself while `engine` is the engine's state (None: none
+    runs; `lost`: one this top showed went away)."""
+    if engine is None:
+        return (
+            "the engine stopped; sampling directly; top shows the engine's view again once it "
+            "runs (`gpudesk engine start`)"
+            if lost
+            else None
+        )
+    if engine.error is not None:
+        return (
+            f"the engine (pid {engine.pid}) is not answering; sampling directly; top shows "
+            "its view again once it answers"
+        )
+    if not engine.watches(requested):
+        return (
+            f"the engine watches {engine.backend}; showing "
+            f"GPUDESK_BACKEND={requested}, sampled directly"
+        )
+    return f"the engine (pid {engine.pid}) has no sample yet; sampling directly meanwhile"
 
 
 class BackendDown(Exception):
@@ -169,28 +127,56 @@ def _check_backend(source: Source) -> None:
 
 
 def take_view(source: Source, *, fresh: bool = False) -> dict[str, Any]:
-    """One station view (the `--json` contract). `fresh` gives a direct monitor its two
-    readings; the engine's view is always its latest sample."""
+    """One station view (the `--json` contract). `fresh` (the first frame) gives a direct
+    monitor its two readings and waits for an engine's first sample; later frames sampled
+    directly take the engine's view again once the engine answers (EngineProbe)."""
     if source.monitor is None:
-        view = _engine_view(source)
+        view = _from_engine(source, wait=fresh)
         if view is not None:
             return view
-        source.monitor = _fallback_monitor(source)  # the engine went away
+        source.monitor = _direct_monitor()  # the engine went away, or stopped answering
+        source.engine_note = _engine_note(source.engine, source.requested, lost=True)
+    elif not fresh:
+        view = _engine_again(source)
+        if view is not None:
+            return view
     monitor = source.monitor
     if fresh or monitor.latest is None:
         monitor.ingest(monitor.collect())
         time.sleep(DIRECT_WINDOW_S)
     view = dict(monitor.ingest(monitor.collect()))
     engine = None if source.engine is None else source.engine.to_json()
-    view.update({"source": "direct", "engine": engine, "note": source.note, "interval_s": None})
-    if view["simulated"]:
-        from gpudesk.cli.no_engine import never_ran
+    note = "; ".join(filter(None, [source.engine_note, source.note])) or None
+    view.update({"source": "direct", "engine": engine, "note": note, "interval_s": None})
+    from gpudesk.cli.no_engine import never_ran
 
-        # where no engine has run, nothing has given the simulated GPUs a MIG layout: the
-        # direct simulator's whole GPUs are what there is
-        if not never_ran(source.home):
-            _simulated_mig_unknown(view)
+    # where no engine has run there are no gpudesk jobs; where one has, they run on without it
+    view["jobs_known"] = never_ran(source.home)
+    # nothing has given the simulated GPUs a MIG layout there either: the direct simulator's
+    # whole GPUs are what there is
+    if view["simulated"] and not view["jobs_known"]:
+        _simulated_mig_unknown(view)
     return view
+
+
+def _engine_again(source: Source) -> dict[str, Any] | None:
+    """The engine's view once a probe finds it answering (and watching what was asked for)."""
+    if source.probe is None:
+        source.probe = EngineProbe(source.home)
+    answer = source.probe.answer()
+    if answer is None:
+        return None
+    (state,) = answer
+    lost = source.engine is not None or source.engine_note is not None
+    source.engine = state
+    if state is not None and state.watches(source.requested):
+        view = _from_engine(source, wait=False)
+        if view is not None:
+            source.monitor.close()
+            source.monitor, source.engine_note = None, None
+            return view
+    source.engine_note = _engine_note(source.engine, source.requested, lost=lost)
+    return None
 
 
 SIMULATED_MIG_UNKNOWN = (
@@ -214,35 +200,28 @@ def _simulated_mig_unknown(view: dict[str, Any]) -> None:
         view["note"] = "; ".join(filter(None, [view.get("note"), SIMULATED_MIG_UNKNOWN]))
 
 
-def _fallback_monitor(source: Source) -> Any:
+def _direct_monitor() -> Any:
     from gpudesk.hw.telemetry.backend import make_backend
     from gpudesk.hw.telemetry.monitor import Monitor
 
-    source.engine, source.note = None, "the engine stopped; sampling directly"
     return Monitor(make_backend(StationConfig().with_env_override().backend))
 
 
-def _engine_view(source: Source) -> dict[str, Any] | None:
-    from gpudesk.api.client import Client
-    from gpudesk.api.errors import EngineError
-    from gpudesk.api.models import to_builtins
-
-    deadline = time.monotonic() + FIRST_SAMPLE_WAIT_S
-    try:
-        with Client.attach(source.home, timeout=2.0) as client:
-            while True:
-                snapshot = client.telemetry().snapshot
-                if snapshot is not None or time.monotonic() >= deadline:
-                    break
-                time.sleep(0.1)
-    except EngineError:
-        return None
+def _from_engine(source: Source, wait: bool) -> dict[str, Any] | None:
+    """The engine's view, None where it has none to give (`source.engine` says why)."""
+    snapshot, state = engine_view(source.home, wait)
     if snapshot is None:
+        source.engine = state
         return None
-    source.engine = _engine_status(source.home) or source.engine
+    source.engine = state or source.engine
     engine = None if source.engine is None else source.engine.to_json()
-    # the snapshot as the wire carries it: the shape the direct sampler gives too
-    return {**to_builtins(snapshot), "source": "engine", "engine": engine, "note": source.note}
+    return {
+        **snapshot,
+        "source": "engine",
+        "engine": engine,
+        "note": source.note,
+        "jobs_known": True,
+    }
 
 
 # ---------------------------------------------------------------- rendering
@@ -391,6 +370,10 @@ def foreign_label(process: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+# sampled directly where an engine has run: `gpudesk engine stop` leaves its jobs running
+JOBS_UNKNOWN = "running jobs: unknown without the engine (its jobs run on without it)"
+
+
 def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:
     lines = _header(view)
     jobs = {job["id"]: job for job in view["jobs"]}
@@ -401,7 +384,10 @@ def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:
     for gpu in view["gpus"]:
         lines.extend(_gpu_block(gpu, view["simulated"], jobs, _since(view)))
     lines.append("")
-    lines.append(_jobs_table(view["jobs"], width) if view["jobs"] else "no running jobs")
+    if view["jobs"]:
+        lines.append(_jobs_table(view["jobs"], width))
+    else:
+        lines.append("no running jobs" if view.get("jobs_known", True) else JOBS_UNKNOWN)
     return "\n".join(render.clip(line, width) for line in "\n".join(lines).splitlines())
 
 
