@@ -32,6 +32,7 @@ from gpudesk import render
 from gpudesk.cli.interrupts import INTERRUPTS
 from gpudesk.cli.top_engine import EngineProbe, EngineSummary, engine_status, engine_view
 from gpudesk.cli.top_keys import key_reader, quits
+from gpudesk.cli.top_screen import carried, drawing_for
 from gpudesk.core.station import StationConfig
 from gpudesk.paths import Home
 from gpudesk.text import json_text
@@ -374,7 +375,9 @@ def foreign_label(process: dict[str, Any]) -> str:
 JOBS_UNKNOWN = "running jobs: unknown without the engine (its jobs run on without it)"
 
 
-def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:
+def render_frame(view: dict[str, Any], width: int = WIDTH, encoding: str | None = None) -> str:
+    """The frame in `width` columns; in `encoding`'s characters where one is given (each it
+    lacks replaced before the lines are cut: a stand-in may be wider, `…` is `...`)."""
     lines = _header(view)
     jobs = {job["id"]: job for job in view["jobs"]}
     if not view["gpus"]:
@@ -388,7 +391,10 @@ def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:
         lines.append(_jobs_table(view["jobs"], width))
     else:
         lines.append("no running jobs" if view.get("jobs_known", True) else JOBS_UNKNOWN)
-    return "\n".join(render.clip(line, width) for line in "\n".join(lines).splitlines())
+    text = "\n".join(lines)
+    if encoding is not None:
+        text = carried(text, encoding)
+    return "\n".join(render.clip(line, width) for line in text.splitlines())
 
 
 def _jobs_table(jobs: list[dict[str, Any]], width: int) -> str:
@@ -449,32 +455,47 @@ def run_top(
         telemetry_log.addHandler(logging.NullHandler())
     source = open_source(home)
     try:
-        if once or as_json:
-            view = take_view(source, fresh=True)
-            _check_backend(source)
-            if as_json:
-                print(json_text(view, indent=2), file=out)
-            else:
-                print(render_frame(view, render.table_width() or WIDTH), file=out)
-            return
-        redraw = _can_redraw(out)
-        view = take_view(source, fresh=True)
-        _check_backend(source)
-        with key_reader(sys.stdin if keys is None else keys) as wait:
-            while True:
-                # the terminal's width, read again each frame: a resized window (a tmux pane
-                # split) gets frames that fit it, and a wide one the jobs' whole names
-                frame = render_frame(view, render.table_width() or WIDTH)
-                out.write(f"\x1b[H\x1b[2J{frame}\n" if redraw else f"{frame}\n\n")
-                out.flush()
-                # the frame's interval, or less when a key comes: `q` leaves at once
-                deadline = time.monotonic() + interval
-                while (left := deadline - time.monotonic()) > 0:
-                    INTERRUPTS.check()  # one Python swallowed (gpudesk.cli.interrupts)
-                    if quits(wait(left)):
-                        return
-                view = take_view(source)
+        with drawing_for(out) as encoding:
+            _show(source, out, keys, encoding, once=once, as_json=as_json, interval=interval)
     except KeyboardInterrupt:
         out.write("\n")
     finally:
         source.close()
+
+
+def _show(
+    source: Source,
+    out: TextIO,
+    keys: TextIO | None,
+    encoding: str,
+    *,
+    once: bool,
+    as_json: bool,
+    interval: float,
+) -> None:
+    """top's frames into `out` (`encoding`'s characters), until `q` where it runs on."""
+    if once or as_json:
+        view = take_view(source, fresh=True)
+        _check_backend(source)
+        if as_json:
+            print(json_text(view, indent=2), file=out)
+        else:
+            print(render_frame(view, render.table_width() or WIDTH, encoding), file=out)
+        return
+    redraw = _can_redraw(out)
+    view = take_view(source, fresh=True)
+    _check_backend(source)
+    with key_reader(sys.stdin if keys is None else keys) as wait:
+        while True:
+            # the terminal's width, read again each frame: a resized window (a tmux pane
+            # split) gets frames that fit it, and a wide one the jobs' whole names
+            frame = render_frame(view, render.table_width() or WIDTH, encoding)
+            out.write(f"\x1b[H\x1b[2J{frame}\n" if redraw else f"{frame}\n\n")
+            out.flush()
+            # the frame's interval, or less when a key comes: `q` leaves at once
+            deadline = time.monotonic() + interval
+            while (left := deadline - time.monotonic()) > 0:
+                INTERRUPTS.check()  # one Python swallowed (gpudesk.cli.interrupts)
+                if quits(wait(left)):
+                    return
+            view = take_view(source)

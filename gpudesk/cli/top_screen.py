@@ -1,0 +1,71 @@
+"""What `gpudesk top` writes to its output, in the one place that knows the output: the
+characters its encoding carries.
+
+Python writes text to a stream in the stream's encoding (`stream.encoding`: PYTHONIOENCODING,
+else the locale's), and a character that encoding lacks ends the program with
+UnicodeEncodeError. top is made for any terminal, a latin-1 or ASCII one included: there it cuts
+with `...` instead of `…`, and any other character the encoding lacks (a job named `训练`, a
+dash in a note) becomes an ASCII stand-in in the same columns (`?` for each column a character
+it cannot show took), never an error.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+from collections.abc import Iterator
+from typing import TextIO
+
+from gpudesk import render
+
+# stand-ins that read as the character they replace (the rest: `?` per column)
+STAND_INS = {
+    "…": "...",
+    "—": "-",
+    "–": "-",
+    "·": ".",
+    "‘": "'",
+    "’": "'",
+    "“": '"',
+    "”": '"',
+    "→": ">",
+    "≈": "~",
+    "×": "x",
+}
+
+
+def output_encoding(stream: TextIO) -> str:
+    """The encoding `stream` writes in; utf-8 for one that names none (a StringIO), ascii for
+    one Python does not know."""
+    name = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        return "ascii"
+
+
+def carries(text: str, encoding: str) -> bool:
+    try:
+        text.encode(encoding)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def carried(text: str, encoding: str) -> str:
+    """`text` with each character `encoding` lacks replaced by its stand-in."""
+    if carries(text, encoding):
+        return text
+    return "".join(
+        c if carries(c, encoding) else STAND_INS.get(c, "?" * max(1, render.cell_width(c)))
+        for c in text
+    )
+
+
+@contextlib.contextmanager
+def drawing_for(stream: TextIO) -> Iterator[str]:
+    """Within it, frames are drawn for `stream`: cut with `...` where it lacks `…`. Yields the
+    stream's encoding, for `carried`."""
+    encoding = output_encoding(stream)
+    with render.ascii_ellipsis(not carries("…", encoding)):
+        yield encoding
