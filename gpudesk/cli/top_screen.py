@@ -1,5 +1,5 @@
 """What `gpudesk top` writes to its output, in the one place that knows the output: the
-characters its encoding carries.
+characters its encoding carries, and the window's size.
 
 Python writes text to a stream in the stream's encoding (`stream.encoding`: PYTHONIOENCODING,
 else the locale's), and a character that encoding lacks ends the program with
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import shutil
 from collections.abc import Iterator
 from typing import TextIO
 
@@ -69,3 +70,14 @@ def drawing_for(stream: TextIO) -> Iterator[str]:
     encoding = output_encoding(stream)
     with render.ascii_ellipsis(not carries("…", encoding)):
         yield encoding
+
+
+def window(redraw: bool, default_width: int) -> tuple[int, int | None]:
+    """The columns and rows a frame fits in: the terminal's (`$COLUMNS` and `$LINES` first, as
+    shutil reads them), however narrow (render.terminal_width keeps 40 at least, for the other
+    commands' tables: a frame wider than its window wraps every line); `default_width` into a
+    pipe or a file without `$COLUMNS`. Rows only where frames are redrawn in place: a frame
+    into a pipe or a dumb terminal scrolls, and keeps every line."""
+    size = shutil.get_terminal_size((default_width, 24))
+    width = size.columns if render.table_width() is not None else default_width
+    return max(1, width), (max(1, size.lines) if redraw else None)

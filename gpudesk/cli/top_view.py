@@ -31,8 +31,9 @@ from typing import Any, TextIO
 from gpudesk import render
 from gpudesk.cli.interrupts import INTERRUPTS
 from gpudesk.cli.top_engine import EngineProbe, EngineSummary, engine_status, engine_view
+from gpudesk.cli.top_frame import fit_rows
 from gpudesk.cli.top_keys import key_reader, quits
-from gpudesk.cli.top_screen import carried, drawing_for
+from gpudesk.cli.top_screen import carried, drawing_for, window
 from gpudesk.core.station import StationConfig
 from gpudesk.paths import Home
 from gpudesk.text import json_text
@@ -237,7 +238,7 @@ def _bar(fraction: float | None, width: int) -> str:
     return "[" + "|" * filled + " " * (width - filled) + "]"
 
 
-def _header(view: dict[str, Any]) -> list[str]:
+def _header(view: dict[str, Any], width: int = WIDTH) -> list[str]:
     engine = view.get("engine")
     if engine is None:
         state = "engine not running"
@@ -259,7 +260,8 @@ def _header(view: dict[str, Any]) -> list[str]:
         lines.append(f"DRAINED: the station is {drained}; no job starts until undrained")
     for text in (view.get("banner"), view.get("note")):
         if text:
-            lines.extend(textwrap.wrap(text, WIDTH, initial_indent="!! ", subsequent_indent="   "))
+            wrap = max(20, width)  # narrower is cut (render_frame) rather than a word a line
+            lines.extend(textwrap.wrap(text, wrap, initial_indent="!! ", subsequent_indent="   "))
     host = view["host"]
     used, total = host["memory_used_mib"] / GIB, host["memory_total_mib"] / GIB
     lines.append(
@@ -375,26 +377,60 @@ def foreign_label(process: dict[str, Any]) -> str:
 JOBS_UNKNOWN = "running jobs: unknown without the engine (its jobs run on without it)"
 
 
-def render_frame(view: dict[str, Any], width: int = WIDTH, encoding: str | None = None) -> str:
-    """The frame in `width` columns; in `encoding`'s characters where one is given (each it
-    lacks replaced before the lines are cut: a stand-in may be wider, `…` is `...`)."""
-    lines = _header(view)
+def render_frame(
+    view: dict[str, Any],
+    width: int = WIDTH,
+    encoding: str | None = None,
+    rows: int | None = None,
+) -> str:
+    """The frame in `width` columns, and in `rows` lines where given (top_frame.fit_rows); in
+    `encoding`'s characters where one is given (each it lacks replaced before the lines are
+    cut: a stand-in may be wider, `…` is `...`)."""
     jobs = {job["id"]: job for job in view["jobs"]}
-    if not view["gpus"]:
-        lines.append(
-            "GPUs: none on this station" if view["backend"] == "none" else "GPUs: none answering"
-        )
-    for gpu in view["gpus"]:
-        lines.extend(_gpu_block(gpu, view["simulated"], jobs, _since(view)))
-    lines.append("")
-    if view["jobs"]:
-        lines.append(_jobs_table(view["jobs"], width))
+    since = _since(view)
+    if view["gpus"]:
+        blocks = [_gpu_block(gpu, view["simulated"], jobs, since) for gpu in view["gpus"]]
+        lines = [[_gpu_line(gpu)] for gpu in view["gpus"]]
     else:
-        lines.append("no running jobs" if view.get("jobs_known", True) else JOBS_UNKNOWN)
+        none = "GPUs: none on this station" if view["backend"] == "none" else "GPUs: none answering"
+        blocks = lines = [[none]]
+    if view["jobs"]:
+        table = _jobs_table(view["jobs"], width).splitlines()
+    else:
+        table = ["no running jobs" if view.get("jobs_known", True) else JOBS_UNKNOWN]
+    header = _fitted(_header(view, width), width, encoding)
+    frame = fit_rows(
+        header,
+        [_fitted(block, width, encoding) for block in blocks],
+        [_fitted(line, width, encoding) for line in lines],
+        ["", *_fitted(table, width, encoding)],
+        rows,
+    )
+    return "\n".join(render.clip(line, width) for line in frame)
+
+
+def _fitted(lines: list[str], width: int, encoding: str | None) -> list[str]:
+    """`lines` in `encoding`'s characters, each cut to `width` columns."""
     text = "\n".join(lines)
     if encoding is not None:
         text = carried(text, encoding)
-    return "\n".join(render.clip(line, width) for line in text.splitlines())
+    return [render.clip(line, width) for line in text.splitlines()]
+
+
+def _gpu_line(gpu: dict[str, Any]) -> str:
+    """A GPU in one line, where its block does not fit the window: SM, memory, power, jobs."""
+    if gpu["lost"]:
+        return f"GPU {gpu['index']}  LOST: fell off the bus"
+    sm = gpu["sm_activity_pct"]
+    used, total = gpu["memory_used_mib"], gpu["memory_total_mib"]
+    fraction = used / total if used is not None and total else None
+    memory = "n/a" if used is None or total is None else f"{used / GIB:.1f}/{total / GIB:.0f}G"
+    held = ",".join(str(job) for job in gpu["jobs"])
+    return (
+        f"GPU {gpu['index']}  SM {_bar(None if sm is None else sm / 100, 8)} "
+        f"{_na(sm, unit='%'):>4}  MEM {_bar(fraction, 8)} {memory:<10} "
+        f"{_na(gpu['power_w'], unit=' W'):>6}" + (f"  jobs {held}" if held else "")
+    )
 
 
 def _jobs_table(jobs: list[dict[str, Any]], width: int) -> str:
@@ -480,7 +516,8 @@ def _show(
         if as_json:
             print(json_text(view, indent=2), file=out)
         else:
-            print(render_frame(view, render.table_width() or WIDTH, encoding), file=out)
+            # every line, even on a terminal: one frame left in the scrollback, as `top -b -n 1`
+            print(render_frame(view, window(False, WIDTH)[0], encoding), file=out)
         return
     redraw = _can_redraw(out)
     view = take_view(source, fresh=True)
@@ -489,13 +526,16 @@ def _show(
         while True:
             # the terminal's width, read again each frame: a resized window (a tmux pane
             # split) gets frames that fit it, and a wide one the jobs' whole names
-            frame = render_frame(view, render.table_width() or WIDTH, encoding)
-            out.write(f"\x1b[H\x1b[2J{frame}\n" if redraw else f"{frame}\n\n")
+            width, rows = window(redraw, WIDTH)
+            frame = render_frame(view, width, encoding, rows)
+            # in place, no newline after the last row: it would scroll the header off
+            out.write(f"\x1b[H\x1b[2J{frame}" if redraw else f"{frame}\n\n")
             out.flush()
             # the frame's interval, or less when a key comes: `q` leaves at once
             deadline = time.monotonic() + interval
             while (left := deadline - time.monotonic()) > 0:
                 INTERRUPTS.check()  # one Python swallowed (gpudesk.cli.interrupts)
                 if quits(wait(left)):
+                    out.write("\n" if redraw else "")  # the shell's prompt below the frame
                     return
             view = take_view(source)
