@@ -14,10 +14,15 @@ from __future__ import annotations
 import codecs
 import contextlib
 import shutil
-from collections.abc import Iterator
-from typing import TextIO
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any, TextIO
 
 from gpudesk import render
+
+Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 # stand-ins that read as the character they replace (the rest: `?` per column)
 STAND_INS = {
@@ -81,3 +86,45 @@ def window(redraw: bool, default_width: int) -> tuple[int, int | None]:
     size = shutil.get_terminal_size((default_width, 24))
     width = size.columns if render.table_width() is not None else default_width
     return max(1, width), (max(1, size.lines) if redraw else None)
+
+
+ENTER = "\x1b[?1049h\x1b[?25l"  # the alternate screen, the cursor hidden (htop's, nvitop's)
+LEAVE = "\x1b[?25h\x1b[?1049l"  # the cursor shown, the screen as top found it
+
+
+@contextlib.contextmanager
+def alternate_screen(out: TextIO, wanted: bool) -> Iterator[None]:
+    """Frames drawn on the terminal's alternate screen where `wanted` (a terminal that redraws in
+    place; never a pipe): on leaving, however top ends (`q`, Ctrl-C, an exception, SIGTERM or
+    SIGHUP, which end it by SystemExit 128+N here instead of killing it mid-frame), the screen
+    and the cursor are the shell's again."""
+    if not wanted:
+        yield
+        return
+    saved = _exit_on(signal.SIGTERM, signal.SIGHUP)
+    try:
+        out.write(ENTER)
+        yield
+    finally:
+        # a hung-up terminal takes nothing: top ends all the same
+        with contextlib.suppress(OSError, ValueError):
+            out.write(LEAVE)
+            out.flush()
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+
+
+def _exit_on(*signums: signal.Signals) -> dict[signal.Signals, Handler]:
+    """SystemExit(128 + N) on each of `signums` (their handlers before, to put back), where this
+    runs on the main thread (the only one Python lets set them) and the signal is not ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def leave(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    saved: dict[signal.Signals, Handler] = {}
+    for signum in signums:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            saved[signum] = signal.signal(signum, leave)
+    return saved

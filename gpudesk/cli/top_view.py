@@ -33,7 +33,7 @@ from gpudesk.cli.interrupts import INTERRUPTS
 from gpudesk.cli.top_engine import EngineProbe, EngineSummary, engine_status, engine_view
 from gpudesk.cli.top_frame import fit_rows
 from gpudesk.cli.top_keys import key_reader, quits
-from gpudesk.cli.top_screen import carried, drawing_for, window
+from gpudesk.cli.top_screen import alternate_screen, carried, drawing_for, window
 from gpudesk.core.station import StationConfig
 from gpudesk.paths import Home
 from gpudesk.text import json_text
@@ -522,7 +522,7 @@ def _show(
     redraw = _can_redraw(out)
     view = take_view(source, fresh=True)
     _check_backend(source)
-    with key_reader(sys.stdin if keys is None else keys) as wait:
+    with key_reader(sys.stdin if keys is None else keys) as wait, alternate_screen(out, redraw):
         while True:
             # the terminal's width, read again each frame: a resized window (a tmux pane
             # split) gets frames that fit it, and a wide one the jobs' whole names
@@ -536,6 +536,5 @@ def _show(
             while (left := deadline - time.monotonic()) > 0:
                 INTERRUPTS.check()  # one Python swallowed (gpudesk.cli.interrupts)
                 if quits(wait(left)):
-                    out.write("\n" if redraw else "")  # the shell's prompt below the frame
                     return
             view = take_view(source)
