@@ -3,13 +3,15 @@ sparklines and bars."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
 import sys
 import textwrap
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -169,9 +171,29 @@ def pad(text: str, width: int, right: bool = False) -> str:
     return gap + text if right else text + gap
 
 
+# What marks a cut: `…`, or `...` where the output cannot carry it (ascii_ellipsis)
+ELLIPSIS: ContextVar[str] = ContextVar("ELLIPSIS", default="…")
+
+
+@contextlib.contextmanager
+def ascii_ellipsis(wanted: bool = True) -> Iterator[None]:
+    """Within it (where `wanted`), text is cut with `...`: for an output whose encoding has no
+    `…` (a latin-1 or ASCII terminal, `gpudesk top`'s), in the same columns."""
+    token = ELLIPSIS.set("..." if wanted else ELLIPSIS.get())
+    try:
+        yield
+    finally:
+        ELLIPSIS.reset(token)
+
+
 def clip(text: str, width: int) -> str:
     """`text` in `width` columns, cut with an ellipsis where it is wider."""
-    return text if cell_width(text) <= width else _fit(text, max(0, width - 1)) + "…"
+    if cell_width(text) <= width:
+        return text
+    mark = ELLIPSIS.get()
+    if width < len(mark):
+        return _fit(text, max(0, width))
+    return _fit(text, width - len(mark)) + mark
 
 
 def clip_middle(text: str, width: int, head: int | None = None) -> str:
@@ -180,13 +202,14 @@ def clip_middle(text: str, width: int, head: int | None = None) -> str:
     between a sweep's jobs (`light-lr0.01-h512-1`, `-2`)."""
     if cell_width(text) <= width:
         return text
-    if width < 3:
+    mark = ELLIPSIS.get()
+    if width < len(mark) + 2:
         return clip(text, width)
     if head is None:
-        head = (width - 1) // 3
-    head = max(0, min(head, width - 1))
-    tail = width - 1 - head
-    return _fit(text, head) + "…" + _fit(text, tail, from_end=True)
+        head = (width - len(mark)) // 3
+    head = max(0, min(head, width - len(mark)))
+    tail = width - len(mark) - head
+    return _fit(text, head) + mark + _fit(text, tail, from_end=True)
 
 
 def clip_apart(values: Sequence[str], width: int) -> list[str]:
@@ -198,7 +221,7 @@ def clip_apart(values: Sequence[str], width: int) -> list[str]:
         return list(values)
     if width < 3:
         return [clip(v, width) for v in values]
-    preferred = (width - 1) // 3
+    preferred = (width - len(ELLIPSIS.get())) // 3
     best: tuple[int, int] | None = None  # (distinct values, -distance from a third), head
     chosen = preferred
     for head in sorted(range(width), key=lambda h: abs(h - preferred)):

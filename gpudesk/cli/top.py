@@ -14,7 +14,9 @@ top_app = typer.Typer()
 
 @top_app.command()
 def top(
-    once: bool = typer.Option(False, "--once", help="Print one frame and exit."),
+    once: bool = typer.Option(
+        False, "--once", help="Print one whole frame (every line, whatever the height) and exit."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON snapshot and exit."),
     interval: float = typer.Option(
         1.0,
@@ -26,7 +28,10 @@ def top(
         help="Seconds between frames.",
     ),
 ) -> None:
-    """A plain monitor for SSH: station, host CPU/memory, running jobs. Never starts the engine."""
+    """A plain monitor for SSH: station, host CPU/memory, running jobs. Never starts the engine.
+
+    Frames fit the window (the header always shows); `q` leaves. It follows the engine: one
+    started, restarted or resumed while top is open is shown once it answers."""
     from gpudesk.cli.top_view import BackendDown, run_top
 
     try:

@@ -7,77 +7,42 @@ STATE column says SUSPENDED or running). `--json` keeps joules.
 
 When an engine runs for this home, top shows what the engine's sampler sees (it never starts
 one); otherwise it samples the station directly, which for `--once` and `--json` means two
-readings 0.12 s apart.
+readings 0.12 s apart. A top left open asks again whether an engine answers, every
+`top_engine.RETRY_S` on a thread of its own (gpudesk.cli.top_engine), and shows the engine's view
+again once one does: top started before the engine, or the engine restarted or paused, comes
+back to it as htop and nvitop users expect.
 
-The engine is asked through `gpudesk.api.Client`, imported only when an engine runs: without
-one, top loads no msgspec. A frame is drawn from the view `--json` prints: the
-snapshot as the wire carries it (the direct sampler makes the same shape), with `engine`
-from `EngineSummary`.
+A frame is drawn from the view `--json` prints: the snapshot as the wire carries it (the direct
+sampler makes the same shape), with `engine` from `EngineSummary` and `jobs_known` false where
+the jobs shown are not known to be all (sampled directly in a home where an engine has run:
+its jobs run on without it).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import select
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
 from gpudesk import render
-from gpudesk.api.connection import engine_pid
 from gpudesk.cli.interrupts import INTERRUPTS
+from gpudesk.cli.top_engine import EngineProbe, EngineSummary, engine_status, engine_view
+from gpudesk.cli.top_frame import fit_rows
+from gpudesk.cli.top_keys import key_reader, quits
+from gpudesk.cli.top_screen import alternate_screen, carried, drawing_for, window
 from gpudesk.core.station import StationConfig
 from gpudesk.paths import Home
 from gpudesk.text import json_text
 from gpudesk.units import MIB_PER_GIB, watt_hours
 
 DIRECT_WINDOW_S = 0.12  # GPM (>= 0.1 s apart), CPU % and energy all need two readings
-FIRST_SAMPLE_WAIT_S = 3.0  # an engine that just started has no sample yet
 GIB = MIB_PER_GIB
 WIDTH = 80  # a frame into a pipe or a file, without $COLUMNS
 BAR = 16  # the SM and memory bars: room for "energy 12.5 Wh since 21:40 (integrated)"
-
-
-@dataclass(frozen=True)
-class EngineSummary:
-    """What top says of the engine, from its `status` (`engine` in `--json`); `error` when
-    it holds its home's lock but does not answer."""
-
-    pid: int
-    error: str | None = None
-    policy: str = ""
-    backend: str = ""
-    configured_backend: str = ""
-    slots_busy: int = 0
-    slots_total: int = 0
-    gpus_busy: int = 0
-    gpus_total: int = 0
-    queued: int = 0
-    running_jobs: int = 0
-    drained: str | None = None  # `drained by ada since …` while the station is drained
-
-    def to_json(self) -> dict[str, Any]:
-        if self.error is not None:
-            return {"running": True, "pid": self.pid, "error": self.error}
-        return {
-            "running": True,
-            "pid": self.pid,
-            "policy": self.policy,
-            "backend": self.backend,
-            "configured_backend": self.configured_backend,
-            "slots_busy": self.slots_busy,
-            "slots_total": self.slots_total,
-            "gpus_busy": self.gpus_busy,
-            "gpus_total": self.gpus_total,
-            "queued": self.queued,
-            "running_jobs": self.running_jobs,
-            **({"drained": self.drained} if self.drained else {}),
-        }
 
 
 @dataclass
@@ -87,72 +52,65 @@ class Source:
     home: Home
     engine: EngineSummary | None = None
     monitor: Any = None  # telemetry.monitor.Monitor when sampling directly
-    note: str | None = None
+    note: str | None = None  # of the backend sampled directly
+    engine_note: str | None = None  # why the engine's view is not shown
     explicit: bool = False  # the backend sampled directly was named, not found by `auto`
+    requested: str | None = None  # GPUDESK_BACKEND, where it names one
+    probe: EngineProbe | None = None  # a live top sampling directly: asks for the engine again
 
     def close(self) -> None:
         if self.monitor is not None:
             self.monitor.close()
 
 
-def _engine_status(home: Home) -> EngineSummary | None:
-    pid = engine_pid(home)
-    if pid is None:
-        return None
-    from gpudesk.api.client import Client
-    from gpudesk.api.errors import EngineError
-
-    try:
-        with Client.attach(home, timeout=2.0) as client:
-            status = client.status()
-    except EngineError as exc:
-        return EngineSummary(pid, error=str(exc))
-    station = status.station
-    return EngineSummary(
-        status.pid,
-        policy=station.policy,
-        backend=station.effective_backend,
-        configured_backend=station.backend,
-        slots_busy=status.slots.busy,
-        slots_total=status.slots.total,
-        gpus_busy=status.gpus.busy,
-        gpus_total=status.gpus.total,
-        queued=status.counts.get("queued", 0),
-        running_jobs=status.counts.get("running", 0),
-        drained=status.drain.line() if status.drain else None,
-    )
-
-
 def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
     """The engine when it runs and watches the backend asked for, else direct sampling."""
     env = dict(os.environ) if env is None else env
     requested = env.get("GPUDESK_BACKEND") or None
-    engine = _engine_status(home)
-    answering = engine is not None and engine.error is None
-    if (
-        engine is not None
-        and answering
-        and (requested is None or requested in (engine.backend, engine.configured_backend))
-    ):
-        return Source(home, engine)
+    engine = engine_status(home)
+    if engine is not None and engine.watches(requested):
+        return Source(home, engine, requested=requested)
     backend_name = StationConfig().with_env_override(env).backend
     from gpudesk.hw.telemetry.backend import make_backend
     from gpudesk.hw.telemetry.monitor import Monitor
 
     backend = make_backend(backend_name)
-    source = Source(home, engine, Monitor(backend), explicit=backend_name == "nvml")
-    if engine is not None and answering:
-        source.note = (
-            f"the engine watches {engine.backend}; showing "
-            f"GPUDESK_BACKEND={requested}, sampled directly"
-        )
-    elif backend_name == "auto" and backend.name == "none":
+    source = Source(
+        home, engine, Monitor(backend), explicit=backend_name == "nvml", requested=requested
+    )
+    source.engine_note = _engine_note(engine, requested)
+    if backend_name == "auto" and backend.name == "none":
         from gpudesk.hw.telemetry.nvml import nvml_problem
 
         # auto found no driver: say so, rather than a bare "none" a user takes for a bug
         why = nvml_problem() or "no NVIDIA driver answered when top started"
         source.note = f"no GPUs shown: GPUDESK_BACKEND=auto looked for NVML and {why}"
     return source
+
+
+def _engine_note(
+    engine: EngineSummary | None, requested: str | None, lost: bool = False
+) -> str | None:
+    """Why top samples the station itself while `engine` is the engine's state (None: none
+    runs; `lost`: one this top showed went away)."""
+    if engine is None:
+        return (
+            "the engine stopped; sampling directly; top shows the engine's view again once it "
+            "runs (`gpudesk engine start`)"
+            if lost
+            else None
+        )
+    if engine.error is not None:
+        return (
+            f"the engine (pid {engine.pid}) is not answering; sampling directly; top shows "
+            "its view again once it answers"
+        )
+    if not engine.watches(requested):
+        return (
+            f"the engine watches {engine.backend}; showing "
+            f"GPUDESK_BACKEND={requested}, sampled directly"
+        )
+    return f"the engine (pid {engine.pid}) has no sample yet; sampling directly meanwhile"
 
 
 class BackendDown(Exception):
@@ -171,28 +129,56 @@ def _check_backend(source: Source) -> None:
 
 
 def take_view(source: Source, *, fresh: bool = False) -> dict[str, Any]:
-    """One station view (the `--json` contract). `fresh` gives a direct monitor its two
-    readings; the engine's view is always its latest sample."""
+    """One station view (the `--json` contract). `fresh` (the first frame) gives a direct
+    monitor its two readings and waits for an engine's first sample; later frames sampled
+    directly take the engine's view again once the engine answers (EngineProbe)."""
     if source.monitor is None:
-        view = _engine_view(source)
+        view = _from_engine(source, wait=fresh)
         if view is not None:
             return view
-        source.monitor = _fallback_monitor(source)  # the engine went away
+        source.monitor = _direct_monitor()  # the engine went away, or stopped answering
+        source.engine_note = _engine_note(source.engine, source.requested, lost=True)
+    elif not fresh:
+        view = _engine_again(source)
+        if view is not None:
+            return view
     monitor = source.monitor
     if fresh or monitor.latest is None:
         monitor.ingest(monitor.collect())
         time.sleep(DIRECT_WINDOW_S)
     view = dict(monitor.ingest(monitor.collect()))
     engine = None if source.engine is None else source.engine.to_json()
-    view.update({"source": "direct", "engine": engine, "note": source.note, "interval_s": None})
-    if view["simulated"]:
-        from gpudesk.cli.no_engine import never_ran
+    note = "; ".join(filter(None, [source.engine_note, source.note])) or None
+    view.update({"source": "direct", "engine": engine, "note": note, "interval_s": None})
+    from gpudesk.cli.no_engine import never_ran
 
-        # where no engine has run, nothing has given the simulated GPUs a MIG layout: the
-        # direct simulator's whole GPUs are what there is
-        if not never_ran(source.home):
-            _simulated_mig_unknown(view)
+    # where no engine has run there are no gpudesk jobs; where one has, they run on without it
+    view["jobs_known"] = never_ran(source.home)
+    # nothing has given the simulated GPUs a MIG layout there either: the direct simulator's
+    # whole GPUs are what there is
+    if view["simulated"] and not view["jobs_known"]:
+        _simulated_mig_unknown(view)
     return view
+
+
+def _engine_again(source: Source) -> dict[str, Any] | None:
+    """The engine's view once a probe finds it answering (and watching what was asked for)."""
+    if source.probe is None:
+        source.probe = EngineProbe(source.home)
+    answer = source.probe.answer()
+    if answer is None:
+        return None
+    (state,) = answer
+    lost = source.engine is not None or source.engine_note is not None
+    source.engine = state
+    if state is not None and state.watches(source.requested):
+        view = _from_engine(source, wait=False)
+        if view is not None:
+            source.monitor.close()
+            source.monitor, source.engine_note = None, None
+            return view
+    source.engine_note = _engine_note(source.engine, source.requested, lost=lost)
+    return None
 
 
 SIMULATED_MIG_UNKNOWN = (
@@ -216,35 +202,28 @@ def _simulated_mig_unknown(view: dict[str, Any]) -> None:
         view["note"] = "; ".join(filter(None, [view.get("note"), SIMULATED_MIG_UNKNOWN]))
 
 
-def _fallback_monitor(source: Source) -> Any:
+def _direct_monitor() -> Any:
     from gpudesk.hw.telemetry.backend import make_backend
     from gpudesk.hw.telemetry.monitor import Monitor
 
-    source.engine, source.note = None, "the engine stopped; sampling directly"
     return Monitor(make_backend(StationConfig().with_env_override().backend))
 
 
-def _engine_view(source: Source) -> dict[str, Any] | None:
-    from gpudesk.api.client import Client
-    from gpudesk.api.errors import EngineError
-    from gpudesk.api.models import to_builtins
-
-    deadline = time.monotonic() + FIRST_SAMPLE_WAIT_S
-    try:
-        with Client.attach(source.home, timeout=2.0) as client:
-            while True:
-                snapshot = client.telemetry().snapshot
-                if snapshot is not None or time.monotonic() >= deadline:
-                    break
-                time.sleep(0.1)
-    except EngineError:
-        return None
+def _from_engine(source: Source, wait: bool) -> dict[str, Any] | None:
+    """The engine's view, None where it has none to give (`source.engine` says why)."""
+    snapshot, state = engine_view(source.home, wait)
     if snapshot is None:
+        source.engine = state
         return None
-    source.engine = _engine_status(source.home) or source.engine
+    source.engine = state or source.engine
     engine = None if source.engine is None else source.engine.to_json()
-    # the snapshot as the wire carries it: the shape the direct sampler gives too
-    return {**to_builtins(snapshot), "source": "engine", "engine": engine, "note": source.note}
+    return {
+        **snapshot,
+        "source": "engine",
+        "engine": engine,
+        "note": source.note,
+        "jobs_known": True,
+    }
 
 
 # ---------------------------------------------------------------- rendering
@@ -259,7 +238,7 @@ def _bar(fraction: float | None, width: int) -> str:
     return "[" + "|" * filled + " " * (width - filled) + "]"
 
 
-def _header(view: dict[str, Any]) -> list[str]:
+def _header(view: dict[str, Any], width: int = WIDTH) -> list[str]:
     engine = view.get("engine")
     if engine is None:
         state = "engine not running"
@@ -281,7 +260,8 @@ def _header(view: dict[str, Any]) -> list[str]:
         lines.append(f"DRAINED: the station is {drained}; no job starts until undrained")
     for text in (view.get("banner"), view.get("note")):
         if text:
-            lines.extend(textwrap.wrap(text, WIDTH, initial_indent="!! ", subsequent_indent="   "))
+            wrap = max(20, width)  # narrower is cut (render_frame) rather than a word a line
+            lines.extend(textwrap.wrap(text, wrap, initial_indent="!! ", subsequent_indent="   "))
     host = view["host"]
     used, total = host["memory_used_mib"] / GIB, host["memory_total_mib"] / GIB
     lines.append(
@@ -393,18 +373,64 @@ def foreign_label(process: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def render_frame(view: dict[str, Any], width: int = WIDTH) -> str:
-    lines = _header(view)
+# sampled directly where an engine has run: `gpudesk engine stop` leaves its jobs running
+JOBS_UNKNOWN = "running jobs: unknown without the engine (its jobs run on without it)"
+
+
+def render_frame(
+    view: dict[str, Any],
+    width: int = WIDTH,
+    encoding: str | None = None,
+    rows: int | None = None,
+) -> str:
+    """The frame in `width` columns, and in `rows` lines where given (top_frame.fit_rows); in
+    `encoding`'s characters where one is given (each it lacks replaced before the lines are
+    cut: a stand-in may be wider, `…` is `...`)."""
     jobs = {job["id"]: job for job in view["jobs"]}
-    if not view["gpus"]:
-        lines.append(
-            "GPUs: none on this station" if view["backend"] == "none" else "GPUs: none answering"
-        )
-    for gpu in view["gpus"]:
-        lines.extend(_gpu_block(gpu, view["simulated"], jobs, _since(view)))
-    lines.append("")
-    lines.append(_jobs_table(view["jobs"], width) if view["jobs"] else "no running jobs")
-    return "\n".join(render.clip(line, width) for line in "\n".join(lines).splitlines())
+    since = _since(view)
+    if view["gpus"]:
+        blocks = [_gpu_block(gpu, view["simulated"], jobs, since) for gpu in view["gpus"]]
+        lines = [[_gpu_line(gpu)] for gpu in view["gpus"]]
+    else:
+        none = "GPUs: none on this station" if view["backend"] == "none" else "GPUs: none answering"
+        blocks = lines = [[none]]
+    if view["jobs"]:
+        table = _jobs_table(view["jobs"], width).splitlines()
+    else:
+        table = ["no running jobs" if view.get("jobs_known", True) else JOBS_UNKNOWN]
+    header = _fitted(_header(view, width), width, encoding)
+    frame = fit_rows(
+        header,
+        [_fitted(block, width, encoding) for block in blocks],
+        [_fitted(line, width, encoding) for line in lines],
+        ["", *_fitted(table, width, encoding)],
+        rows,
+    )
+    return "\n".join(render.clip(line, width) for line in frame)
+
+
+def _fitted(lines: list[str], width: int, encoding: str | None) -> list[str]:
+    """`lines` in `encoding`'s characters, each cut to `width` columns."""
+    text = "\n".join(lines)
+    if encoding is not None:
+        text = carried(text, encoding)
+    return [render.clip(line, width) for line in text.splitlines()]
+
+
+def _gpu_line(gpu: dict[str, Any]) -> str:
+    """A GPU in one line, where its block does not fit the window: SM, memory, power, jobs."""
+    if gpu["lost"]:
+        return f"GPU {gpu['index']}  LOST: fell off the bus"
+    sm = gpu["sm_activity_pct"]
+    used, total = gpu["memory_used_mib"], gpu["memory_total_mib"]
+    fraction = used / total if used is not None and total else None
+    memory = "n/a" if used is None or total is None else f"{used / GIB:.1f}/{total / GIB:.0f}G"
+    held = ",".join(str(job) for job in gpu["jobs"])
+    return (
+        f"GPU {gpu['index']}  SM {_bar(None if sm is None else sm / 100, 8)} "
+        f"{_na(sm, unit='%'):>4}  MEM {_bar(fraction, 8)} {memory:<10} "
+        f"{_na(gpu['power_w'], unit=' W'):>6}" + (f"  jobs {held}" if held else "")
+    )
 
 
 def _jobs_table(jobs: list[dict[str, Any]], width: int) -> str:
@@ -449,54 +475,6 @@ def _can_redraw(stream: TextIO) -> bool:
     return stream.isatty() and os.environ.get("TERM", "") not in ("", "dumb")
 
 
-QUIT_KEYS = ("q", "Q")
-
-
-def _sleep(seconds: float) -> str:
-    time.sleep(seconds)
-    return ""
-
-
-@contextlib.contextmanager
-def key_reader(stream: TextIO) -> Iterator[Callable[[float], str]]:
-    """`wait(seconds)`: the keys pressed within `seconds` (returns at the first one), or "".
-
-    On a terminal, keys come one at a time, unechoed, without Enter (cbreak mode: Ctrl-C still
-    interrupts), and the terminal's own mode is put back however top ends. With no terminal
-    (a pipe, a file, /dev/null) `wait` only sleeps: top runs until it is interrupted, as before.
-    """
-    try:
-        fd = stream.fileno()
-        on_tty = stream.isatty()
-    except (OSError, ValueError):  # no stdin at all, or one with no file behind it
-        on_tty = False
-    if not on_tty:
-        yield _sleep
-        return
-    import termios
-    import tty
-
-    saved = termios.tcgetattr(fd)
-    open_ = [True]  # until the terminal hangs up: then select would wake at once forever
-
-    def wait(seconds: float) -> str:
-        if not open_[0]:
-            return _sleep(seconds)
-        ready, _, _ = select.select([fd], [], [], seconds)
-        if not ready:
-            return ""
-        data = os.read(fd, 64)
-        if not data:
-            open_[0] = False
-        return data.decode(errors="replace")
-
-    try:
-        tty.setcbreak(fd, termios.TCSANOW)
-        yield wait
-    finally:
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-
-
 def run_top(
     home: Home,
     *,
@@ -513,32 +491,50 @@ def run_top(
         telemetry_log.addHandler(logging.NullHandler())
     source = open_source(home)
     try:
-        if once or as_json:
-            view = take_view(source, fresh=True)
-            _check_backend(source)
-            if as_json:
-                print(json_text(view, indent=2), file=out)
-            else:
-                print(render_frame(view, render.table_width() or WIDTH), file=out)
-            return
-        redraw = _can_redraw(out)
-        view = take_view(source, fresh=True)
-        _check_backend(source)
-        with key_reader(sys.stdin if keys is None else keys) as wait:
-            while True:
-                # the terminal's width, read again each frame: a resized window (a tmux pane
-                # split) gets frames that fit it, and a wide one the jobs' whole names
-                frame = render_frame(view, render.table_width() or WIDTH)
-                out.write(f"\x1b[H\x1b[2J{frame}\n" if redraw else f"{frame}\n\n")
-                out.flush()
-                # the frame's interval, or less when a key comes: `q` leaves at once
-                deadline = time.monotonic() + interval
-                while (left := deadline - time.monotonic()) > 0:
-                    INTERRUPTS.check()  # one Python swallowed (gpudesk.cli.interrupts)
-                    if any(key in QUIT_KEYS for key in wait(left)):
-                        return
-                view = take_view(source)
+        with drawing_for(out) as encoding:
+            _show(source, out, keys, encoding, once=once, as_json=as_json, interval=interval)
     except KeyboardInterrupt:
         out.write("\n")
     finally:
         source.close()
+
+
+def _show(
+    source: Source,
+    out: TextIO,
+    keys: TextIO | None,
+    encoding: str,
+    *,
+    once: bool,
+    as_json: bool,
+    interval: float,
+) -> None:
+    """top's frames into `out` (`encoding`'s characters), until `q` where it runs on."""
+    if once or as_json:
+        view = take_view(source, fresh=True)
+        _check_backend(source)
+        if as_json:
+            print(json_text(view, indent=2), file=out)
+        else:
+            # every line, even on a terminal: one frame left in the scrollback, as `top -b -n 1`
+            print(render_frame(view, window(False, WIDTH)[0], encoding), file=out)
+        return
+    redraw = _can_redraw(out)
+    view = take_view(source, fresh=True)
+    _check_backend(source)
+    with key_reader(sys.stdin if keys is None else keys) as wait, alternate_screen(out, redraw):
+        while True:
+            # the terminal's width, read again each frame: a resized window (a tmux pane
+            # split) gets frames that fit it, and a wide one the jobs' whole names
+            width, rows = window(redraw, WIDTH)
+            frame = render_frame(view, width, encoding, rows)
+            # in place, no newline after the last row: it would scroll the header off
+            out.write(f"\x1b[H\x1b[2J{frame}" if redraw else f"{frame}\n\n")
+            out.flush()
+            # the frame's interval, or less when a key comes: `q` leaves at once
+            deadline = time.monotonic() + interval
+            while (left := deadline - time.monotonic()) > 0:
+                INTERRUPTS.check()  # one Python swallowed (gpudesk.cli.interrupts)
+                if quits(wait(left)):
+                    return
+            view = take_view(source)

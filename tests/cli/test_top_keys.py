@@ -108,7 +108,7 @@ def test_other_keys_do_not_end_top(terminal: Terminal) -> None:
     assert ended(top) == 0
 
 
-def test_without_a_terminal_stdin_is_not_read(home: Home) -> None:
+def test_without_a_terminal_stdin_is_not_read_nor_escapes_written(home: Home) -> None:
     env = {**os.environ, "GPUDESK_BACKEND": "none"}
     top = subprocess.Popen(
         TOP, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
@@ -121,3 +121,61 @@ def test_without_a_terminal_stdin_is_not_read(home: Home) -> None:
     assert top.poll() is None  # `q` on a pipe is no key: top runs on until interrupted
     top.send_signal(signal.SIGINT)
     assert ended(top) == 0
+    assert b"\x1b" not in top.stdout.read()  # a pipe gets no screen's escape sequence
+
+
+# F2 and Shift-F2 in xterm, F2 in the Linux console, an arrow, Alt-q, a lone Esc: the q and Q
+# in them are no keys pressed
+ESCAPE_SEQUENCES = [b"\x1bOQ", b"\x1b[1;2Q", b"\x1b[[B", b"\x1b[A", b"\x1bq", b"\x1b"]
+
+
+def test_escape_sequences_holding_q_do_not_end_top(terminal: Terminal) -> None:
+    top = start_top(terminal)
+    wait_for(lambda: b"engine not running" in terminal.output, 20.0, what="top's first frame")
+    for sequence in ESCAPE_SEQUENCES:
+        os.write(terminal.master, sequence)
+        time.sleep(0.2)  # each read on its own, as a person presses them
+    # the same sequences in one read, and one cut in two (its end a moment later)
+    os.write(terminal.master, b"".join(ESCAPE_SEQUENCES[:-1]) + b"\x1bO")
+    time.sleep(0.01)
+    os.write(terminal.master, b"Q")
+    frames = terminal.output.count(b"engine not running")
+    wait_for(
+        lambda: terminal.output.count(b"engine not running") > frames + 2,
+        10.0,
+        what="top to go on drawing",
+    )
+    assert top.poll() is None, terminal.output.decode(errors="replace")
+    os.write(terminal.master, b"q")
+    assert ended(top) == 0
+
+
+def test_keys_are_split_whole() -> None:
+    from gpudesk.cli.top_keys import split_keys
+
+    keys = ["\x1bOQ", "q", "\x1b[1;2Q", "Q", "x"]
+    assert split_keys("\x1bOQq\x1b[1;2QQx\x1b[") == (keys, "\x1b[")
+
+
+ENTER, LEAVE = b"\x1b[?1049h\x1b[?25l", b"\x1b[?25h\x1b[?1049l"
+
+
+@pytest.mark.parametrize(
+    ("how", "codes"),
+    [(b"q", {0}), (b"\x03", {0, 130}), (signal.SIGTERM, {143}), (signal.SIGHUP, {129})],
+)
+def test_top_draws_on_the_alternate_screen_and_leaves_it_however_it_ends(
+    terminal: Terminal, how: bytes | signal.Signals, codes: set[int]
+) -> None:
+    top = start_top(terminal)
+    wait_for(lambda: b"engine not running" in terminal.output, 20.0, what="top's first frame")
+    assert terminal.output.index(ENTER) < terminal.output.index(b"engine not running")
+    if isinstance(how, bytes):
+        os.write(terminal.master, how)
+    else:
+        top.send_signal(how)
+    assert ended(top) in codes
+    # the screen and the cursor given back, after the last frame
+    wait_for(lambda: LEAVE in terminal.output, 5.0, what="top to leave the alternate screen")
+    assert terminal.output.rindex(LEAVE) > terminal.output.rindex(b"engine not running")
+    assert b"Traceback" not in terminal.output
