@@ -56,9 +56,10 @@ _APPLY_STATION = typer.Option(
 _ATTACH = typer.Option(
     False,
     "--attach",
-    help="Submit nothing: follow your newest run of this profile (one whose gpudesk run was "
-    "killed or lost its terminal) to its end and report it as that run would have, at once if "
-    "its jobs have all ended. Ctrl-C cancels its jobs, as in the run.",
+    help="Submit nothing: follow your newest run of this profile file (one whose gpudesk run "
+    "was killed or lost its terminal; not a run of another file with the same name =) to its "
+    "end and report it as that run would have, at once if its jobs have all ended. Ctrl-C "
+    "cancels its jobs, as in the run.",
 )
 _DETACH = typer.Option(
     False,

@@ -77,7 +77,7 @@ def submit_detached(
     outcome = submit_profile(
         client,
         profile,
-        group=run_group(profile.name),
+        group=run_group(profile),
         on_step=note,
         cluster=cluster,
         apply_station=apply_station,
