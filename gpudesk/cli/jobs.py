@@ -22,7 +22,7 @@ from gpudesk.cli.common import (
 from gpudesk.cli.common import report_outcomes as _report_outcomes
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.cli.job_picks import Picks, check_picks, picked_refs
-from gpudesk.cli.no_engine import acting_client, reading_client
+from gpudesk.cli.no_engine import acting_client, engine_kept_waiting, reading_client
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target
 from gpudesk.cli.queue_listing import DEFAULT_LIMIT, QueueOptions, list_queue
 from gpudesk.core.protocol import MAX_ROW_ID
@@ -431,7 +431,8 @@ def logs(
         follower = _stdout_follower(client, data, raw)
         try:
             if follow and attempt is None:
-                ended = follower.follow(lines)
+                with engine_kept_waiting(client.home, f"job {data.job.id}"):
+                    ended = follower.follow(lines)
             else:
                 follower.dump(attempts[-1], lines)
                 return
