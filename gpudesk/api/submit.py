@@ -401,7 +401,7 @@ def submit_profile(
         # them at all (GPUs the station has), so a profile it refuses runs nothing
         with said_at_their_tables(profile.jobs, profile.origins):
             client.check_submit(profile.jobs, env=env)
-        workdir = str(profile.path.parent)
+        workdir = os.getcwd() if profile.streamed else str(profile.path.parent)
         queued = _submit(
             client,
             [replace(p.job(workdir), cluster=cluster) for p in prepasses],

@@ -199,3 +199,41 @@ def test_attach_follows_only_a_run_of_its_own_file(engine: EngineHandle, tmp_pat
     assert followed.returncode == 1, followed.stderr
     report = json.loads(followed.stdout)
     assert [j["name"] for j in report["jobs"]] == ["b"]
+
+
+def test_a_profile_read_from_a_pipe_runs_its_jobs_in_the_current_folder(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """`cat p.toml | gpudesk run /dev/stdin` ran its jobs in the profile's "folder", /dev,
+    where a job's relative file cannot be written, and its --detach said to follow it with
+    `gpudesk run /dev/stdin --attach`, which cannot read it again: they run in the current
+    folder, as a bundled example's do, and no such line is said (an --attach from a pipe is
+    refused, exit 2)."""
+    here = tmp_path / "here"
+    here.mkdir()
+    text = 'name = "w"\n[[jobs]]\nname = "a"\ncommand = ["sh", "-c", "echo hi > out.txt"]\n'
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*GPUDESK, "run", "/dev/stdin", *args],
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=here,
+        )
+
+    followed = run()
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    assert (here / "out.txt").read_text() == "hi\n"
+    (here / "out.txt").unlink()
+    detached = run("--detach")
+    assert detached.returncode == 0, detached.stderr
+    assert "--attach  (follows" not in detached.stdout
+    assert "its report:   none: the profile was read from a pipe" in detached.stdout
+    jobs = engine.client.request("jobs", archived=True)["jobs"]
+    assert {j["spec"]["workdir"] for j in jobs} == {str(here)}
+    assert gpudesk("wait", "--group", jobs[-1]["group"]).returncode == 0
+    assert (here / "out.txt").read_text() == "hi\n"
+    attach = run("--attach")
+    assert attach.returncode == 2 and "is a pipe or a device" in attach.stderr, attach.stderr
