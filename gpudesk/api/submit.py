@@ -24,6 +24,7 @@ in its worker thread: a Client is not thread-safe).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -147,7 +148,7 @@ def configure_station(
 
     if not profile.station_keys:
         return None
-    shown = f"bundled {profile.path.name}" if profile.bundled else _shown_path(profile.path)
+    shown = f"bundled {profile.path.name}" if profile.bundled else shown_path(profile.path)
     source = f"{shown} [station]"
     keys = profile.station_keys
     simulated = simulated_backend(profile)
@@ -175,7 +176,7 @@ def configure_station(
     return report
 
 
-def _shown_path(path: os.PathLike[str]) -> str:
+def shown_path(path: os.PathLike[str]) -> str:
     """A profile's path as its user would type it: relative to the current directory when
     inside it; spelled out (`\\x1b`, `\\xff`), as every line said to people is, so that an
     ESC in its name never reaches a terminal."""
@@ -292,16 +293,35 @@ def wait_for_jobs(
 
 
 # ------------------------------------------------------------------ the whole sequence
-def run_group(profile_name: str, started: float | None = None) -> str:
-    """A name for one submission of a profile: unique even for two in one second."""
+def run_group(profile: Profile, started: float | None = None) -> str:
+    """A name for one submission of a profile, `NAME@DATE-TIME.PID.TAG`: unique even for two in
+    one second, and ending in the `profile_tag` of its file."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(started))
-    return f"{profile_name}@{stamp}.{os.getpid()}"
+    return f"{profile.name}@{stamp}.{os.getpid()}.{profile_tag(profile)}"
+
+
+def profile_tag(profile: Profile) -> str:
+    """What a run's name records of the file its profile was read from: 8 hex digits of the
+    SHA-256 of the file's real path. Two files may say the same `name =` (a copy made to try a
+    change); `gpudesk run PROFILE --attach` follows only a run of PROFILE's own file, by this tag
+    (the engine keeps no other word of the file: a job's spec has only its `group`)."""
+    real = os.path.realpath(profile.path)
+    return hashlib.sha256(os.fsencode(real)).hexdigest()[:8]
 
 
 def profile_of_group(group: str) -> str:
     """The profile name a `run_group` name begins with; a group named otherwise (a script's
     own, `gpudesk submit` with a group) is its own name."""
     return group.rsplit("@", 1)[0] if "@" in group else group
+
+
+def tag_of_group(group: str) -> str | None:
+    """The `profile_tag` a `run_group` name ends in; None for a group named otherwise, or by a
+    gpudesk from before the tag (`NAME@DATE-TIME.PID`): whose file that was is not known."""
+    if "@" not in group:
+        return None
+    parts = group.rsplit("@", 1)[1].split(".")
+    return parts[2] if len(parts) == 3 else None
 
 
 @dataclass(frozen=True)
@@ -363,7 +383,7 @@ def submit_profile(
     from gpudesk.paths import Home
     from gpudesk.selection.cache import SelectionCache
 
-    outcome = ProfileSubmission(group or run_group(profile.name))
+    outcome = ProfileSubmission(group or run_group(profile))
     if cluster is not None:
         profile = replace(profile, jobs=[replace(j, cluster=cluster) for j in profile.jobs])
         register_datasets(
@@ -381,7 +401,7 @@ def submit_profile(
         # them at all (GPUs the station has), so a profile it refuses runs nothing
         with said_at_their_tables(profile.jobs, profile.origins):
             client.check_submit(profile.jobs, env=env)
-        workdir = str(profile.path.parent)
+        workdir = os.getcwd() if profile.streamed else str(profile.path.parent)
         queued = _submit(
             client,
             [replace(p.job(workdir), cluster=cluster) for p in prepasses],

@@ -76,18 +76,26 @@ def complete_signal(incomplete: str) -> list[str]:
     return [name for name in names if name.startswith(incomplete.upper().removeprefix("SIG"))]
 
 
-def report_outcomes(results: list[ActionOutcome], json_out: bool) -> None:
-    """Print what a job-control request did to each job. The engine resolves every job first
-    (one unknown job: an error, nothing done); exits 1 if it refused any job."""
+def report_outcomes(
+    results: list[ActionOutcome], json_out: bool, unknown: Sequence[str] = ()
+) -> None:
+    """Print what a job-control request did to each job, and which refs named no job (those
+    named acted on all the same, as scancel does: gpudesk.cli.job_refs), one line each on
+    stderr (`unknown` in the JSON); exits 1 if the engine refused any job, or one was
+    unknown."""
+    import sys
+
     from gpudesk.api.models import to_builtins
     from gpudesk.text import printable_line
 
     if json_out:
-        print_json({"results": to_builtins(results)})
+        print_json({"results": to_builtins(results), "unknown": list(unknown)})
     else:
         for r in results:
             print(f"job {r.id} ({printable_line(r.name)}): {r.outcome}")
-    if any(not r.ok for r in results):
+    for ref in unknown:
+        print(f"error: no job with id or name {quoted(ref)}", file=sys.stderr)
+    if unknown or any(not r.ok for r in results):
         raise SystemExit(EXIT_FAILED)
 
 

@@ -14,9 +14,10 @@ key an option's long name with or without dashes (`time = "2h"`, `max-attempts =
 
 Values go to click as the option's default (`default_map`), so the command line always wins
 and a value is checked as if typed (a bad one's paragraph names the file, its line, the
-table and key: `default_source`), as is one that gpudesk's own checks refuse. An unknown
-command or option, or a file that is not TOML, is one paragraph naming the file and the key,
-and the command does not run.
+table and key: `default_source`), as is one that gpudesk's own checks refuse. A value of the
+wrong kind for its option (`after = 5` for a repeatable one: gpudesk.cli.config_values), an
+unknown command or option, a file that is not TOML or cannot be read, is one paragraph naming
+the file and the key, and the command does not run.
 
 Under it lies the site's file, `/etc/gpudesk/config.toml` (gpudesk.cli.site_config), with the
 same tables: gpudesk's own defaults < the site's < the user's < the command line.
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk.cli.common import CliError
+from gpudesk.cli.config_values import expected_value
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.core.field_checks import describe
 from gpudesk.named_file import FileTooLarge, read_named
@@ -56,30 +58,38 @@ SITE = "the site config file"  # how its messages name the site's file
 SITE_HINT = " (the site's defaults for every user: its admin can fix it)"
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> tuple[dict[str, Any], str]:
+    """The user's config file's tables and text ({} and "" when there is none)."""
     data = _user_bytes(path)
-    return {} if data is None else _parse(path, data)
+    return ({}, "") if data is None else (_parse(path, data), data.decode("utf-8"))
 
 
 def _user_bytes(path: Path) -> bytes | None:
-    """The user's config file's bytes, None when there is none."""
+    """The user's config file's bytes, None when there is none. One that cannot be read (its
+    mode, or a home folder no one may enter: then whether there is one is not known either) is
+    an error, not skipped: the command would run without the defaults it sets (a time limit,
+    say) and no one would know; GPUDESK_CONFIG= runs without it."""
     try:
         return read_named(path, MAX_CONFIG_BYTES, "a config file")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
         raise CliError(
-            f"cannot read the config file {path}: {exc.strerror or exc}", EXIT_USAGE
+            f"cannot read the config file {path}: {exc.strerror or exc}. Make it readable, "
+            f"or run without it: {CONFIG_ENV}= gpudesk …",
+            EXIT_USAGE,
         ) from None
     except FileTooLarge as exc:
         raise CliError(f"cannot read the config file {path}: {exc}", EXIT_USAGE) from None
 
 
-def read_site(path: Path) -> dict[str, Any]:
-    """The site config file's tables ({} when there is none), read only if it can be trusted
-    (gpudesk.cli.site_config)."""
+def read_site(path: Path) -> tuple[dict[str, Any], str]:
+    """The site config file's tables and text ({} and "" when there is none), read only if it
+    can be trusted (gpudesk.cli.site_config)."""
     data = _site_bytes(path)
-    return {} if data is None else _parse(path, data, SITE, SITE_HINT)
+    if data is None:
+        return {}, ""
+    return _parse(path, data, SITE, SITE_HINT), data.decode("utf-8")
 
 
 def _site_bytes(path: Path) -> bytes | None:
@@ -151,7 +161,7 @@ def default_source(command: Any, words: list[str], param: Any) -> ConfigOrigin |
         if path is None or data is None:
             continue
         document = _parse(path, data)
-        table: Any = defaults_of(command, document, path)
+        table: Any = defaults_of(command, document, path, data.decode("utf-8"))
         raw: Any = document
         for word in words:
             table = table.get(word) if isinstance(table, dict) else None
@@ -174,11 +184,13 @@ def default_map(command: Any, path: Path | None = None) -> DefaultMap:
     path = path if path is not None else config_path()
     if path is None:
         return {}
-    return defaults_of(command, _read(path), path)
+    document, text = _read(path)
+    return defaults_of(command, document, path, text)
 
 
-def defaults_of(command: Any, document: dict[str, Any], path: Path) -> DefaultMap:
-    """click's default_map for `command` from a config file's tables (read from `path`)."""
+def defaults_of(command: Any, document: dict[str, Any], path: Path, text: str = "") -> DefaultMap:
+    """click's default_map for `command` from a config file's tables (read from `path`; its
+    `text` places a wrong value at its line)."""
     result: DefaultMap = {}
     for section, table in document.items():
         if not isinstance(table, dict):
@@ -187,7 +199,7 @@ def defaults_of(command: Any, document: dict[str, Any], path: Path) -> DefaultMa
                 'e.g. [submit] then time = "2h"',
                 EXIT_USAGE,
             )
-        _fill(command, [section], table, result, path)
+        _fill(command, [section], table, result, path, text)
     return result
 
 
@@ -203,7 +215,7 @@ def layered(under: DefaultMap, over: DefaultMap) -> DefaultMap:
 
 
 def _fill(
-    group: Any, words: list[str], table: dict[str, Any], into: DefaultMap, path: Path
+    group: Any, words: list[str], table: dict[str, Any], into: DefaultMap, path: Path, text: str
 ) -> None:
     # typer may carry its own copy of click, so parameters are told apart by what they are,
     # not by click's classes
@@ -228,7 +240,7 @@ def _fill(
     }
     for key, value in table.items():
         if isinstance(value, dict) and hasattr(command, "commands"):
-            _fill(command, [*words, key], value, own, path)
+            _fill(command, [*words, key], value, own, path, text)
             continue
         param = options.get(key.replace("-", "_"))
         if param is None or param.name is None:
@@ -238,12 +250,13 @@ def _fill(
                 f"{key.replace('_', '-')} (it has: {known})",
                 EXIT_USAGE,
             )
-        if getattr(param, "is_flag", False) and not isinstance(value, bool):
-            # click would take it to its own bool type, which fails on anything but text
-            raise CliError(
-                f"{path}: [{where}] {key}: expected true or false, found {describe(value)}",
-                EXIT_USAGE,
-            )
+        expected = expected_value(param, value)
+        if expected is not None:  # click would iterate or convert it, and fail or truncate
+            from gpudesk.toml_lines import KeyLines
+
+            line = KeyLines(text).line((*words, key)) if text else None
+            origin = ConfigOrigin(path, where, key, line)
+            raise CliError(f"{origin}: expected {expected}, found {describe(value)}", EXIT_USAGE)
         own[param.name] = value
 
 
@@ -253,17 +266,17 @@ def option_defaults(command: Any, every_command: Callable[[], Any] | None = None
     when `command` holds only some commands and a file names one it lacks."""
     from gpudesk.cli.site_config import site_config_path
 
-    files: list[tuple[Path, dict[str, Any]]] = []
+    files: list[tuple[Path, dict[str, Any], str]] = []
     site = site_config_path()
     if site is not None and os.path.lexists(site):
-        files.append((site, read_site(site)))
+        files.append((site, *read_site(site)))
     user = config_path()
-    if user is not None and user.exists():
-        files.append((user, _read(user)))
-    named = {section for _, document in files for section in document}
+    if user is not None:  # read, not asked whether it exists: see _user_bytes
+        files.append((user, *_read(user)))
+    named = {section for _, document, _ in files for section in document}
     if every_command is not None and not named <= set(getattr(command, "commands", {})):
         command = every_command()
     result: DefaultMap = {}
-    for path, document in files:
-        result = layered(result, defaults_of(command, document, path))
+    for path, document, text in files:
+        result = layered(result, defaults_of(command, document, path, text))
     return result

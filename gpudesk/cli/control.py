@@ -9,6 +9,7 @@ import sys
 import typer
 
 from gpudesk.cli.common import complete_job, engine_client, print_json, report_outcomes
+from gpudesk.cli.job_refs import act_on_known
 from gpudesk.cli.no_engine import acting_client
 
 control_app = typer.Typer()
@@ -25,8 +26,8 @@ def suspend(
     not count the time it spends suspended. `gpudesk resume` continues it; `gpudesk cancel`
     ends it. Exits 1 if a job could not be suspended (not running, or a Slurm job)."""
     with acting_client(list(jobs)) as client:
-        results = client.suspend(list(jobs))
-    report_outcomes(results, json_out)
+        results, unknown = act_on_known(client, jobs, client.suspend)
+    report_outcomes(results, json_out, unknown)
 
 
 @control_app.command()
@@ -38,8 +39,8 @@ def resume(
 
     Exits 1 if a job could not be resumed (queued or finished, or a Slurm job)."""
     with acting_client(list(jobs)) as client:
-        results = client.resume(list(jobs))
-    report_outcomes(results, json_out)
+        results, unknown = act_on_known(client, jobs, client.resume)
+    report_outcomes(results, json_out, unknown)
 
 
 @control_app.command()

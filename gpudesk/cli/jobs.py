@@ -22,7 +22,8 @@ from gpudesk.cli.common import (
 from gpudesk.cli.common import report_outcomes as _report_outcomes
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.cli.job_picks import Picks, check_picks, picked_refs
-from gpudesk.cli.no_engine import acting_client, reading_client
+from gpudesk.cli.job_refs import act_on_known
+from gpudesk.cli.no_engine import acting_client, engine_kept_waiting, reading_client
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target
 from gpudesk.cli.queue_listing import DEFAULT_LIMIT, QueueOptions, list_queue
 from gpudesk.core.protocol import MAX_ROW_ID
@@ -431,7 +432,8 @@ def logs(
         follower = _stdout_follower(client, data, raw)
         try:
             if follow and attempt is None:
-                ended = follower.follow(lines)
+                with engine_kept_waiting(client.home, f"job {data.job.id}"):
+                    ended = follower.follow(lines)
             else:
                 follower.dump(attempts[-1], lines)
                 return
@@ -477,7 +479,8 @@ def cancel(
 
     Name them, or pick them as scancel does: --user/--me, --name GLOB, --group RUN (a run's
     jobs), --state (together: the jobs every one of them picks). The engine checks each as it
-    checks a named one.
+    checks a named one. A job named that does not exist is said (exit 1); the others are
+    cancelled all the same, as scancel does (hold, release, requeue, priority too).
 
     With --signal SIG, send SIG to the running jobs and leave them running: USR1, USR2, INT,
     TERM or HUP, the signals a job's wrapper outlives (a suspended job sees it when resumed)."""
@@ -495,8 +498,10 @@ def cancel(
         if not refs:
             print("no live job matches", file=sys.stderr)
             return
-        results = client.signal(refs, sent) if sent else client.cancel(refs, grace=grace)
-    _report_outcomes(results, json_out)
+        results, unknown = act_on_known(
+            client, refs, lambda r: client.signal(r, sent) if sent else client.cancel(r, grace)
+        )
+    _report_outcomes(results, json_out, unknown)
 
 
 def _signal_name(signal: str) -> str:
@@ -552,8 +557,9 @@ def _hold_or_release(op: str, jobs: list[str] | None, picks: Picks, json_out: bo
         if not refs:
             print(f"no {among} job matches", file=sys.stderr)
             return
-        results = client.hold(refs) if op == "hold" else client.release(refs)
-    _report_outcomes(results, json_out)
+        act = client.hold if op == "hold" else client.release
+        results, unknown = act_on_known(client, refs, act)
+    _report_outcomes(results, json_out, unknown)
 
 
 @jobs_app.command()
@@ -593,11 +599,11 @@ def priority(
         except ValueError as exc:
             fail(f"--set: {exc}", EXIT_USAGE)
     with acting_client(list(jobs)) as client:
-        if value is None:
-            results = client.set_priority(list(jobs), delta=1 if up else -1)
-        else:
-            results = client.set_priority(list(jobs), priority=value)
-    _report_outcomes(results, json_out)
+        delta = (1 if up else -1) if value is None else None
+        results, unknown = act_on_known(
+            client, jobs, lambda r: client.set_priority(r, priority=value, delta=delta)
+        )
+    _report_outcomes(results, json_out, unknown)
 
 
 @jobs_app.command()
@@ -612,5 +618,5 @@ def requeue(
     Exits 1 if a job is still running, or if requeueing it would leave its owner more
     queued jobs than [station] max_queued_per_user allows."""
     with acting_client(list(jobs)) as client:
-        results = client.requeue(list(jobs))
-    _report_outcomes(results, json_out)
+        results, unknown = act_on_known(client, jobs, client.requeue)
+    _report_outcomes(results, json_out, unknown)

@@ -25,8 +25,10 @@ runs without typer.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, NoReturn
 
 from gpudesk.cli.common import current_home, engine_client, fail
@@ -99,6 +101,34 @@ def stopped(home: Home) -> NoReturn:
         "does not start it: `gpudesk engine start` starts it (its jobs are kept)",
         EXIT_NOT_RUNNING,
     )
+
+
+@contextmanager
+def engine_kept_waiting(home: Home, what: str) -> Iterator[None]:
+    """For a command that waits on the engine for jobs (`wait`, `logs -f`): an engine that
+    stops answering while it waits (stopped, or a system engine an admin restarts) is exit 3,
+    as for one that was not running when it began: 1 is a job's failure, which a script would
+    take it for. The message says the jobs go on (they outlive the engine) and how to wait
+    again. `what`: what was waited for ("job 3")."""
+    from gpudesk.api.errors import EngineError
+
+    try:
+        yield
+    except EngineError as exc:
+        if exc.code != "unavailable":
+            raise
+        again = shlex.join(["gpudesk", *sys.argv[1:]])
+        start = (
+            "wait until an admin has started the station's engine (sudo systemctl start gpudesk)"
+            if home.is_system
+            else "start the engine (gpudesk engine start)"
+        )
+        fail(
+            f"the engine stopped answering while this command waited for {what} ({exc}). "
+            f"Its jobs go on: they outlive the engine, which takes them up again when it "
+            f"starts. To wait again, {start}, then run: {again}",
+            EXIT_NOT_RUNNING,
+        )
 
 
 def say_nothing(home: Home, nothing: str, *, machine_output: bool) -> None:

@@ -56,9 +56,10 @@ _APPLY_STATION = typer.Option(
 _ATTACH = typer.Option(
     False,
     "--attach",
-    help="Submit nothing: follow your newest run of this profile (one whose gpudesk run was "
-    "killed or lost its terminal) to its end and report it as that run would have, at once if "
-    "its jobs have all ended. Ctrl-C cancels its jobs, as in the run.",
+    help="Submit nothing: follow your newest run of this profile file (one whose gpudesk run "
+    "was killed or lost its terminal; not a run of another file with the same name =) to its "
+    "end and report it as that run would have, at once if its jobs have all ended. Ctrl-C "
+    "cancels its jobs, as in the run.",
 )
 _DETACH = typer.Option(
     False,
@@ -134,10 +135,10 @@ def run(
         except NothingToAttach as nothing:
             fail(str(nothing))
         except LeftRun as left:
-            print(_left_text(left, profile), file=sys.stderr)
+            print(_left_text(left, _attach_hint(loaded, profile)), file=sys.stderr)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except EngineLost as lost:
-            fail(_lost_text(lost, client.home, simulated, profile))
+            fail(_lost_text(lost, client.home, simulated, _attach_hint(loaded, profile)))
     if json_out:
         print_json(result.to_dict())
     else:
@@ -156,6 +157,13 @@ def _refuse_what_does_not_go_together(
     anything is submitted."""
     from gpudesk.cli.run_detach import detach_refusal
 
+    if attach and loaded.streamed:
+        fail(
+            f"--attach follows a run of a profile file, and {loaded.path} is a pipe or a "
+            "device: no run can be told to be its. `gpudesk wait --group RUN` waits for a run "
+            "(its name is what `gpudesk run` printed); give the profile's file to --attach",
+            EXIT_USAGE,
+        )
     if attach and apply_station:
         fail(
             "--attach follows a run already submitted: it applies no [station] settings; "
@@ -191,7 +199,15 @@ def _detach(
     if json_out:
         print_json({"profile": loaded.name, **detached.to_dict()})
         return
-    print(detached_text(detached, profile, _home_prefix(client.home, simulated)))
+    print(
+        detached_text(detached, _attach_hint(loaded, profile), _home_prefix(client.home, simulated))
+    )
+
+
+def _attach_hint(loaded: Profile, profile: str) -> str | None:
+    """The command that follows this profile's run to its end later; None for a profile read
+    from a pipe or a device, which no later command can read again (`gpudesk run <(…)`)."""
+    return None if loaded.streamed else f"gpudesk run {shlex.quote(profile)} --attach"
 
 
 def _home_prefix(home: Home, simulated: str | None) -> str:
@@ -244,19 +260,19 @@ def _station_settings(client: Client, simulated: str | None, asked: bool) -> tup
     )
 
 
-def _left_text(left: LeftRun, profile: str) -> str:
-    """What a second Ctrl-C left behind, and how to see it."""
+def _left_text(left: LeftRun, attach: str | None) -> str:
+    """What a second Ctrl-C left behind, and how to see it (`attach`: `_attach_hint`)."""
     listing = f"gpudesk queue --group {shlex.quote(left.group)}"
     if left.cancel_asked:
         return f"left the run; the engine is finishing the cancels ({listing} shows them)"
+    follow = f"{attach} follows them to the end and reports, " if attach else ""
     return (
         f"left the run before the engine was asked to cancel its jobs, so they go on: "
-        f"{listing} lists them, gpudesk run {shlex.quote(profile)} --attach follows them to "
-        "the end and reports, gpudesk cancel ID... cancels them"
+        f"{listing} lists them, {follow}gpudesk cancel ID... cancels them"
     )
 
 
-def _lost_text(lost: EngineLost, home: Home, simulated: str | None, profile: str) -> str:
+def _lost_text(lost: EngineLost, home: Home, simulated: str | None, attach: str | None) -> str:
     """The engine went away mid-run: what it said, and how to follow the run's jobs again."""
     if home.is_system:
         start = "once the station's engine is back (an admin: sudo systemctl start gpudesk)"
@@ -270,11 +286,13 @@ def _lost_text(lost: EngineLost, home: Home, simulated: str | None, profile: str
         follow = f"{prefix}gpudesk wait {' '.join(map(str, lost.ids))} (or {listing})"
     else:
         follow = listing
-    attach = f"gpudesk run {shlex.quote(profile)} --attach"
+    report = (
+        f"; {attach} follows them to the end and reports, as this run would have" if attach else ""
+    )
     return (
         f"{lost}. This run's jobs may still be queued or running: they outlive the engine, "
-        f"which takes them up again when it starts. To follow them, {start}, then {follow}; "
-        f"{attach} follows them to the end and reports, as this run would have."
+        f"which takes them up again when it starts. To follow them, {start}, then "
+        f"{follow}{report}."
     )
 
 

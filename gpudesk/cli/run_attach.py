@@ -10,7 +10,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from gpudesk.api.submit import profile_of_group
+from gpudesk.api.submit import profile_of_group, profile_tag, shown_path, tag_of_group
 from gpudesk.core.protocol import JOBS_PAGE_CAP
 from gpudesk.text import printable_line
 
@@ -29,15 +29,19 @@ class NothingToAttach(Exception):
     """No run of the profile to follow (the message says why, and what to do)."""
 
 
-def newest_run(client: Client, profile_name: str) -> str | None:
+def newest_run(client: Client, profile_name: str, tag: str) -> str | None:
     """The newest run (`run_group` name) of the profile among this user's jobs not archived,
-    from the newest job back over at most ATTACH_PAGES pages; None where there is none."""
+    from the newest job back over at most ATTACH_PAGES pages; None where there is none. A run
+    is the profile's when its name says the profile's name and the `profile_tag` of its file:
+    another file's run of the same `name =` is not this one (a run from before the tag cannot
+    be told apart, and is not followed either)."""
     before: int | None = None
     for _ in range(ATTACH_PAGES):
         page = client.jobs_page(user=os.getuid(), limit=JOBS_PAGE_CAP, before_id=before)
         for job in reversed(page.jobs):
-            if job.group and "@" in job.group and profile_of_group(job.group) == profile_name:
-                return job.group
+            group = job.group
+            if group and profile_of_group(group) == profile_name and tag_of_group(group) == tag:
+                return group
         if not page.jobs or not page.more:
             return None
         before = page.jobs[0].id
@@ -57,12 +61,15 @@ def attached_run(client: Client, profile: Profile) -> tuple[str, float]:
             "results `gpudesk run` records as it goes, so a run cut short is run again, not "
             "followed: run the profile without --attach"
         )
-    group = newest_run(client, profile.name)
+    group = newest_run(client, profile.name, profile_tag(profile))
     if group is None:
+        shown = f"bundled {profile.path.name}" if profile.bundled else shown_path(profile.path)
         raise NothingToAttach(
-            f"--attach: you have no run of {profile.name} to follow on this engine (among "
-            "your jobs it still lists: `gpudesk queue --all --me`); run the profile without "
-            "--attach"
+            f"--attach: you have no run of {shown} to follow on this engine (among your jobs "
+            f"it still lists: `gpudesk queue --all --me`). A run is followed from the file "
+            f"that submitted it: a run of another file that names its profile {profile.name} "
+            "too is not this one's (`gpudesk wait --group RUN` waits for any run). Run the "
+            "profile without --attach to submit it"
         )
     jobs = client.jobs(group=group, archived=True)
     return group, min((j.submitted_at for j in jobs), default=time.time())

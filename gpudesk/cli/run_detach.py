@@ -77,7 +77,7 @@ def submit_detached(
     outcome = submit_profile(
         client,
         profile,
-        group=run_group(profile.name),
+        group=run_group(profile),
         on_step=note,
         cluster=cluster,
         apply_station=apply_station,
@@ -86,10 +86,12 @@ def submit_detached(
     return Detached(outcome.group, outcome.job_ids)
 
 
-def detached_text(detached: Detached, profile_arg: str, prefix: str) -> str:
-    """What the user is told of a detached run: its jobs, and how to follow it. `prefix`: what
-    `gpudesk queue` needs before it to reach the run's engine (a SIMULATED station's own home;
-    `gpudesk run --attach` finds that station from the profile itself)."""
+def detached_text(detached: Detached, attach: str | None, prefix: str) -> str:
+    """What the user is told of a detached run: its jobs, and how to follow it. `attach`: the
+    command that later follows it and reports (None: none can, the profile was read from a
+    pipe). `prefix`: what `gpudesk queue` needs before it to reach the run's engine (a
+    SIMULATED station's own home; `gpudesk run --attach` finds that station from the profile
+    itself)."""
     ids = detached.ids
     span = consecutive(ids)
     listed = f"{ids[0]}-{ids[-1]}" if span and len(ids) > 1 else " ".join(map(str, ids))
@@ -97,7 +99,11 @@ def detached_text(detached: Detached, profile_arg: str, prefix: str) -> str:
     group = shlex.quote(detached.group)
     said = f"submitted run {detached.group}, {jobs}; the engine runs it without this command."
     width = render.terminal_width()
-    attach = f"gpudesk run {shlex.quote(profile_arg)} --attach"
+    report = (
+        f"{attach}  (follows it to its end)"
+        if attach
+        else "none: the profile was read from a pipe; --attach needs its file"
+    )
     return "\n".join(
         [
             textwrap.fill(
@@ -106,6 +112,6 @@ def detached_text(detached: Detached, profile_arg: str, prefix: str) -> str:
             printable_line(f"  its jobs:     {prefix}gpudesk queue --all --group {group}"),
             printable_line(f"  wait for it:  {prefix}gpudesk wait --group {group}"),
             printable_line(f"  cancel it:    {prefix}gpudesk cancel --group {group}"),
-            printable_line(f"  its report:   {attach}  (follows it to its end)"),
+            printable_line(f"  its report:   {report}"),
         ]
     )

@@ -439,7 +439,7 @@ def run_profile(
     `cluster` (a Slurm cluster) when given. `attach`: submit nothing, follow the profile's newest
     run instead (cli/run_attach.py)."""
     started = time.time()
-    group = run_group(profile.name, started)  # names this run's jobs
+    group = run_group(profile, started)  # names this run's jobs
     if attach:
         group, started = run_attach.attached_run(client, profile)
 

@@ -12,7 +12,7 @@ import typer
 
 from gpudesk.cli.common import complete_job, fail
 from gpudesk.cli.exit_codes import EXIT_TIMED_OUT, EXIT_USAGE
-from gpudesk.cli.no_engine import reading_client
+from gpudesk.cli.no_engine import engine_kept_waiting, reading_client
 from gpudesk.text import quoted
 
 if TYPE_CHECKING:
@@ -40,7 +40,8 @@ def wait(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print nothing; only exit."),
 ) -> None:
     """Wait until jobs end; exit 0 if all succeeded, else with the status of the first one
-    (in the order given) that did not: its exit code, 128+N if signal N killed it, or 1."""
+    (in the order given) that did not: its exit code, 128+N if signal N killed it, or 1.
+    Exit 3 where no engine runs, or it stops while this waits (the jobs go on)."""
     from gpudesk.api.submit import WaitStopped, wait_for_jobs, waited_ids
 
     if bool(jobs) == (group is not None):
@@ -48,14 +49,16 @@ def wait(
     deadline = None if timeout is None else time.monotonic() + timeout
     with reading_client(jobs[0] if jobs else None) as client:
         ids = waited_ids(client, jobs) if jobs else _run_ids(client, str(group))
+        what = f"the run {group}" if group is not None else f"job(s) {' '.join(jobs)}"
         try:
-            ended = wait_for_jobs(
-                client,
-                ids,
-                stop=None if deadline is None else lambda: time.monotonic() >= deadline,
-                on_end=None if quiet else lambda job: print(job.outcome, flush=True),
-                usage=False,
-            )
+            with engine_kept_waiting(client.home, what):
+                ended = wait_for_jobs(
+                    client,
+                    ids,
+                    stop=None if deadline is None else lambda: time.monotonic() >= deadline,
+                    on_end=None if quiet else lambda job: print(job.outcome, flush=True),
+                    usage=False,
+                )
         except WaitStopped:
             if not quiet:
                 print(f"gave up after {timeout:g} s; some jobs have not ended", file=sys.stderr)

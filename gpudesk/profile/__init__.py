@@ -21,6 +21,7 @@ import dataclasses
 import difflib
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,8 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
 
     A path that does not exist but names a bundled example (`profiles/quickstart.toml`,
     `quickstart`) reads that example: installed from a wheel, the README's commands work in any
-    folder. Its jobs run in the current folder, not inside the installed package."""
+    folder. Its jobs run in the current folder, not inside the installed package; so do those
+    of a profile read from a pipe or a device (`gpudesk run <(…)`: `Profile.streamed`)."""
     if not os.fspath(path):  # (not the current folder, as Path("") would make it)
         raise _file_error(
             "''",
@@ -75,6 +77,7 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
         loaded = parse_profile(example.read_bytes(), example, base_dir=Path.cwd())
         return dataclasses.replace(loaded, bundled=True)
     shown = os.fsdecode(path)
+    streamed = _streamed(path)
     try:
         data = read_named(path, MAX_PROFILE_BYTES, "a profile")
     except IsADirectoryError:
@@ -89,7 +92,19 @@ def load_profile(path: str | os.PathLike[str]) -> Profile:
         raise _file_error(shown, f"cannot read the file: {exc.strerror or exc}") from None
     except ValueError:  # e.g. a NUL character in the path
         raise _file_error(shown, "is not a valid file path") from None
-    return parse_profile(data, path)
+    if not streamed:
+        return parse_profile(data, path)
+    return dataclasses.replace(parse_profile(data, path, base_dir=Path.cwd()), streamed=True)
+
+
+def _streamed(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a pipe or a device rather than a regular file (asked before it is
+    read: a pipe's end is then still there to be asked of). Its jobs run in the current
+    folder, not in its folder (/dev/fd), where a job's relative file cannot be written."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except (OSError, ValueError):  # reading it says why
+        return False
 
 
 def workdir_problems(profile: Profile) -> ProfileError | None:

@@ -113,6 +113,10 @@ class Profile:
     # Read from gpudesk's bundled examples because `path` named none in the current folder
     # (gpudesk.examples); its relative workdirs are then anchored at the current folder.
     bundled: bool = False
+    # Read from a pipe or a device, not a regular file (`gpudesk run <(…)`, `… | gpudesk run
+    # /dev/stdin`): its relative workdirs are anchored at the current folder too (its "folder"
+    # is /dev/fd), and there is no file a later `gpudesk run PROFILE --attach` could read again.
+    streamed: bool = False
     # [tracking]: where its jobs' MLflow runs go (each job's spec carries it too); None: none.
     tracking: TrackingSpec | None = None
     # [cluster]: the Slurm cluster its jobs go to by default (docs/slurm.md); None: the station.

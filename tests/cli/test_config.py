@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import EngineHandle
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
@@ -130,3 +132,95 @@ def test_a_value_gpudesks_own_checks_refuse_names_the_file_its_line_and_key(
     typed = submit("--time", "later", "--max-attempts", "1")  # typed: the option is named
     assert typed.returncode == 2 and typed.stderr.startswith("error: --time: 'later'"), typed
     assert engine.client.request("jobs")["jobs"] == []
+
+
+@pytest.mark.parametrize(
+    ("table", "line", "expected"),
+    [
+        # click iterated a number, a boolean or a string given to a repeatable option (a
+        # TypeError traceback, or "Value must be an iterable"), took float([1]) for a number
+        # (another), and int(1.5), silently 1, for a whole number
+        ("[submit]\nafter = 5", "[submit] after", "an array of text, one item for each --after"),
+        ("[submit]\nenv = 5", "[submit] env", "an array of text, one item for each --env"),
+        (
+            '[submit]\nenv = "A=1"',
+            "[submit] env",
+            "an array of text, one item for each --env typed (env = [\"...\"]), found 'A=1'",
+        ),
+        ("[submit]\nafter = true", "[submit] after", "an array of text"),
+        (
+            "[submit]\nafter-any = 1.5",
+            "[submit] after-any",
+            "an array of text, one item for each --after-any",
+        ),
+        ("[submit]\nafter = [[1]]", "[submit] after", "an array of text"),
+        ("[loader.serve]\narg = 1", "[loader.serve] arg", "an array of text"),
+        ("[cancel]\ngrace = [1]", "[cancel] grace", "a number, found [1] (array)"),
+        ("[queue]\nlimit = 1.5", "[queue] limit", "a whole number, found 1.5 (number)"),
+        ("[queue]\nlimit = true", "[queue] limit", "a whole number, found true (boolean)"),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_said_as_the_files_with_its_line(
+    tmp_path: Path, table: str, line: str, expected: str
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(f"# mine\n{table}\n")
+    for env_name in ("GPUDESK_CONFIG", "GPUDESK_SITE_CONFIG"):  # either file: one check
+        env = {**os.environ, env_name: str(config)}
+        result = subprocess.run(
+            [*GPUDESK, "queue"], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        said = " ".join(result.stderr.split())
+        assert said.startswith(f"error: {config}:3: {line}: expected {expected}"), said
+
+
+def test_values_of_the_right_kind_are_taken(engine: EngineHandle, tmp_path: Path) -> None:
+    """A number in an array of text stands for its digits (`after = [12]`), as typed."""
+    config = tmp_path / "config.toml"
+    config.write_text('[submit]\nenv = ["A=1"]\nafter-any = [1]\n[queue]\nlimit = 5\n')
+    before = gpudesk("", "submit", "--json", "--", "true")  # job 1
+    assert before.returncode == 0 and json.loads(before.stdout)["id"] == 1, before.stderr
+    made = gpudesk(config, "submit", "--json", "--", "true")
+    assert made.returncode == 0, made.stderr
+    spec = engine.show(json.loads(made.stdout)["id"]).job.spec
+    assert spec.after_any == [1] and gpudesk(config, "queue").returncode == 0
+
+
+# Root, but without the capabilities that let root read any file (tests/faults/
+# test_store_damage.py): what a user meets in a folder or file she may not read.
+WITHOUT_ROOT_POWERS = ("setpriv", "--bounding-set=-all", "--inh-caps=-all")
+
+
+def test_a_config_file_that_cannot_be_read_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """A user whose config folder she may not enter (a home of mode 000) got a PermissionError
+    traceback from every command; one whose file she may not read, an error. Both are one
+    line, exit 2: the command does not run without the defaults the file may set."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv, to drop root's power to read any file")
+    shut = tmp_path / "home"
+    (shut / ".config").mkdir(parents=True)
+    (shut / ".config" / "config.toml").write_text("[queue]\nall = true\n")
+    unreadable = tmp_path / "config.toml"
+    unreadable.write_text("[queue]\nall = true\n")
+    shut.chmod(0)
+    unreadable.chmod(0)
+    try:
+        for path in (shut / ".config" / "config.toml", unreadable):
+            env = {**os.environ, "GPUDESK_CONFIG": str(path), "HOME": str(shut)}
+            result = subprocess.run(
+                [*WITHOUT_ROOT_POWERS, *GPUDESK, "submit", "--help"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+            )
+            assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+            said = " ".join(result.stderr.split())
+            assert said.startswith(
+                f"error: cannot read the config file {path}: Permission denied. Make it "
+                "readable, or run without it: GPUDESK_CONFIG= gpudesk"
+            ), said
+            assert result.stderr.count("\n") == 1
+    finally:
+        shut.chmod(0o700)

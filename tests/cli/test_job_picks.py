@@ -3,6 +3,8 @@ thousands of tasks is released by its name, not by its ids one by one (a real en
 
 from __future__ import annotations
 
+import json
+
 from conftest import EngineHandle, Run
 
 from gpudesk.core.jobs import TERMINAL_STATE_NAMES, JobSpec
@@ -66,3 +68,42 @@ def test_a_runs_jobs_are_picked_by_its_group(engine: EngineHandle, gpudesk: Run)
     code, out, err = gpudesk("cancel", "--group", "p@20261205-1.1")  # none live any more
     assert (code, out, err.strip()) == (0, "", "no live job matches")
     engine.api.cancel([*theirs, loose], grace=0)
+
+
+def test_jobs_named_with_an_unknown_one_are_acted_on_and_it_is_reported(
+    engine: EngineHandle, gpudesk: Run
+) -> None:
+    """`cancel 1 99` said only "no job with id 99" and left job 1 held, which a user of
+    `scancel 1 99` or `pueue kill 1 99` (both act on 1) takes for cancelled: the jobs that
+    exist are acted on, each unknown one is said on stderr, exit 1; nothing else is touched."""
+    held, kept, ended = engine.api.submit_jobs(
+        [
+            JobSpec(name="held", command=("true",)),
+            JobSpec(name="kept", command=("true",)),
+            JobSpec(name="ended", command=("false",)),
+        ],
+        hold=True,
+    ).ids
+    code, out, err = gpudesk("release", str(ended))
+    assert code == 0, err
+    engine.wait_state(ended, "failed")
+    code, out, err = gpudesk("hold", "99", str(kept))  # already held: said, exit 1
+    assert code == 1 and f"job {kept} (kept): " in out, (out, err)
+    assert err.strip() == "error: no job with id or name '99'", err
+    code, out, err = gpudesk("requeue", "99", str(ended), "--json")
+    assert code == 1, err
+    said = json.loads(out)
+    assert said["unknown"] == ["99"] and [(r["id"], r["ok"]) for r in said["results"]] == [
+        (ended, True)
+    ], said
+    code, out, err = gpudesk("cancel", str(held), "99", "nosuch", "99")
+    assert code == 1 and out.strip() == f"job {held} (held): cancelled", (out, err)
+    assert err.splitlines() == [
+        "error: no job with id or name '99'",
+        "error: no job with id or name 'nosuch'",
+    ]
+    assert engine.job(held).state == "cancelled" and engine.job(kept).state == "queued"
+    code, out, err = gpudesk("cancel", "98", "99")  # none known: nothing done
+    assert code == 1 and out == "" and len(err.splitlines()) == 2, (out, err)
+    assert engine.job(kept).state == "queued"
+    engine.api.cancel([kept, ended], grace=0)

@@ -206,3 +206,62 @@ def test_acting_on_jobs_in_a_fresh_home_says_there_are_none_and_starts_no_engine
     )
     assert done.stdout == ""
     assert_no_engine(home)
+
+
+@pytest.mark.parametrize("system", [False, True])
+def test_an_engine_that_stops_while_wait_and_logs_f_wait_is_exit_3_and_its_jobs_go_on(
+    engine: EngineHandle, tmp_path: Path, system: bool
+) -> None:
+    """`wait` and `logs -f` exited 1, a job's failure to a script, when the engine stopped
+    while they waited, and 3 against an engine already stopped: now 3 both ways, saying the
+    jobs go on and how to wait again (for a system engine an admin restarting it: who starts
+    it). Each is seen waiting (a job's end printed, a line followed) before the engine stops."""
+    gate = tmp_path / "gate"
+    first, long = engine.submit(
+        {"name": "first", "command": ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done"]},
+        {"name": "long", "command": ["sh", "-c", "echo started; exec sleep 120"]},
+    )
+    engine.wait_state(long, "running")
+    env = dict(os.environ)
+    if system:  # the engine reached as a station's users reach theirs
+        env["GPUDESK_SOCKET"] = str(engine.home.control_socket)
+    wait = subprocess.Popen(
+        [*GPUDESK, "wait", str(first), str(long)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    follow = subprocess.Popen(
+        [*GPUDESK, "logs", "-f", str(long)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        gate.touch()
+        assert wait.stdout is not None and follow.stdout is not None
+        assert wait.stdout.readline().startswith(f"job {first} (first) succeeded")
+        assert follow.stdout.readline() == "started\n"
+        engine.stop()
+        for process, what, again in (
+            (wait, f"job(s) {first} {long}", f"gpudesk wait {first} {long}"),
+            (follow, f"job {long}", f"gpudesk logs -f {long}"),
+        ):
+            _, err = process.communicate(timeout=60)
+            assert process.returncode == 3, err
+            said = " ".join(err.split())
+            assert said.startswith(
+                f"error: the engine stopped answering while this command waited for {what}"
+            ), said
+            assert "Its jobs go on: they outlive the engine" in said
+            start = "(sudo systemctl start gpudesk)" if system else "(gpudesk engine start)"
+            assert f"{start}, then run: {again}" in said and "Traceback" not in said
+    finally:
+        for process in (wait, follow):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    engine.start()
+    assert engine.job(long).state == "running"  # it went on

@@ -12,7 +12,9 @@ from pathlib import Path
 from conftest import EngineHandle, wait_for
 from test_cli import GPUDESK, gpudesk, long_jobs_profile
 
+from gpudesk.api.submit import profile_tag
 from gpudesk.core.jobs import JobSpec
+from gpudesk.profile import load_profile
 
 
 def gated_profile(tmp_path: Path, gate: Path) -> Path:
@@ -72,7 +74,8 @@ def test_attach_says_what_a_cut_short_submission_never_sent(
     profile = gated_profile(tmp_path, tmp_path / "open")
     (tmp_path / "open").touch()
     # one of the three, as a run cut short after its first job was sent would have left it
-    spec = JobSpec(name="long#1", command=("true",), workdir=str(tmp_path), group="p@x.1")
+    group = f"p@x.1.{profile_tag(load_profile(profile))}"
+    spec = JobSpec(name="long#1", command=("true",), workdir=str(tmp_path), group=group)
     engine.api.submit([spec])
     done = gpudesk("run", str(profile), "--attach")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -87,7 +90,7 @@ def test_attach_with_nothing_to_follow_or_after_pre_passes_is_one_paragraph(
     profile = gated_profile(tmp_path, tmp_path / "gate")
     nothing = gpudesk("run", str(profile), "--attach")
     assert nothing.returncode == 1 and "Traceback" not in nothing.stderr
-    assert "error: --attach: you have no run of p to follow" in nothing.stderr
+    assert f"error: --attach: you have no run of {profile} to follow" in nothing.stderr
     assert engine.client.request("jobs")["jobs"] == []
     both = gpudesk("run", str(profile), "--attach", "--apply-station")
     assert both.returncode == 2 and "leave out --apply-station" in both.stderr
@@ -175,3 +178,62 @@ def test_wait_for_a_run_takes_the_status_of_its_first_job_that_failed(
     ):
         refused = gpudesk(*args)
         assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+
+
+def test_attach_follows_only_a_run_of_its_own_file(engine: EngineHandle, tmp_path: Path) -> None:
+    """Two files that say the same `name =`: attaching with the second never follows (and
+    reports as its own) the run of the first, which succeeded; it says it has none of its
+    own. A run of the file itself is then followed, not the other's newer one."""
+    one, two = tmp_path / "one.toml", tmp_path / "two.toml"
+    one.write_text('name = "sweep"\n[[jobs]]\nname = "a"\ncommand = ["true"]\n')
+    two.write_text('name = "sweep"\n[[jobs]]\nname = "b"\ncommand = ["false"]\n')
+    assert gpudesk("run", str(one)).returncode == 0
+    other = gpudesk("run", str(two), "--attach")
+    assert other.returncode == 1 and "Traceback" not in other.stderr
+    said = " ".join(other.stderr.split())
+    assert f"you have no run of {two} to follow" in said, said
+    assert "sweep: 1 succeeded" not in other.stdout
+    assert gpudesk("run", str(two)).returncode == 1  # b fails
+    assert gpudesk("run", str(one)).returncode == 0  # the newer run is one.toml's
+    followed = gpudesk("run", str(two), "--attach", "--json")
+    assert followed.returncode == 1, followed.stderr
+    report = json.loads(followed.stdout)
+    assert [j["name"] for j in report["jobs"]] == ["b"]
+
+
+def test_a_profile_read_from_a_pipe_runs_its_jobs_in_the_current_folder(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """`cat p.toml | gpudesk run /dev/stdin` ran its jobs in the profile's "folder", /dev,
+    where a job's relative file cannot be written, and its --detach said to follow it with
+    `gpudesk run /dev/stdin --attach`, which cannot read it again: they run in the current
+    folder, as a bundled example's do, and no such line is said (an --attach from a pipe is
+    refused, exit 2)."""
+    here = tmp_path / "here"
+    here.mkdir()
+    text = 'name = "w"\n[[jobs]]\nname = "a"\ncommand = ["sh", "-c", "echo hi > out.txt"]\n'
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*GPUDESK, "run", "/dev/stdin", *args],
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=here,
+        )
+
+    followed = run()
+    assert followed.returncode == 0, followed.stdout + followed.stderr
+    assert (here / "out.txt").read_text() == "hi\n"
+    (here / "out.txt").unlink()
+    detached = run("--detach")
+    assert detached.returncode == 0, detached.stderr
+    assert "--attach  (follows" not in detached.stdout
+    assert "its report:   none: the profile was read from a pipe" in detached.stdout
+    jobs = engine.client.request("jobs", archived=True)["jobs"]
+    assert {j["spec"]["workdir"] for j in jobs} == {str(here)}
+    assert gpudesk("wait", "--group", jobs[-1]["group"]).returncode == 0
+    assert (here / "out.txt").read_text() == "hi\n"
+    attach = run("--attach")
+    assert attach.returncode == 2 and "is a pipe or a device" in attach.stderr, attach.stderr

@@ -1,0 +1,76 @@
+"""Jobs named on a command line, some of which name no job (`gpudesk cancel 1 99`): the others
+are acted on, and the unknown ones reported, as `scancel 1 99` and `pueue kill 1 99` do.
+
+The engine resolves a request's jobs first, and one that names no job fails the request with
+none touched (engine/requests/job_actions.py): the CLI said only "no job with id 99", exit 1,
+and left job 1 as it was, which a user of Slurm or pueue takes for done. Here a request the
+engine refuses for an unknown job is sent again without the refs that name none, found with the
+engine's own lookups (by id: one listing of those ids; by name: `show`, the engine's newest job
+of that name), so no job is acted on that was not named. Nothing is sent again when every ref
+names a job (the engine's answer changed in between: its refusal stands, nothing done).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from gpudesk.core.field_checks import reads_as_job_id
+
+if TYPE_CHECKING:
+    from gpudesk.api.client import Client
+    from gpudesk.api.models import ActionOutcome
+
+Act = Callable[[list[str]], list["ActionOutcome"]]
+
+
+def act_on_known(
+    client: Client, refs: Sequence[str], act: Act
+) -> tuple[list[ActionOutcome], list[str]]:
+    """What `act` did to the jobs `refs` name, and the refs that name no job (each once, in
+    the order given); `act` is asked once, or twice where some name none."""
+    from gpudesk.api.errors import EngineError
+    from gpudesk.core.protocol import UNKNOWN_JOB
+
+    try:
+        return act(list(refs)), []
+    except EngineError as exc:
+        if exc.code != UNKNOWN_JOB:
+            raise
+        unknown = unknown_refs(client, refs)
+        if not unknown:
+            raise
+    known = [ref for ref in refs if ref not in unknown]
+    return (act(known) if known else []), unknown
+
+
+def unknown_refs(client: Client, refs: Sequence[str]) -> list[str]:
+    """The refs that name no job, as the engine looks them up."""
+    from gpudesk.core.protocol import MAX_ROW_ID
+
+    ids = {int(ref) for ref in refs if reads_as_job_id(ref)}
+    ids = {i for i in ids if 0 < i <= MAX_ROW_ID}  # past it, no job has that id
+    listing = client.job_listing(ids=sorted(ids), archived=True) if ids else None
+    # a row the store cannot read is a job all the same (the engine acts on it, or says why)
+    known = {j.id for j in listing.jobs} | {d.id for d in listing.damaged} if listing else set()
+    unknown: dict[str, None] = {}
+    for ref in refs:
+        if reads_as_job_id(ref):
+            if int(ref) not in known:
+                unknown.setdefault(ref)
+        elif ref not in unknown and not _named(client, ref):
+            unknown.setdefault(ref)
+    return list(unknown)
+
+
+def _named(client: Client, name: str) -> bool:
+    from gpudesk.api.errors import EngineError
+    from gpudesk.core.protocol import UNKNOWN_JOB
+
+    try:
+        client.show(name)
+    except EngineError as exc:
+        if exc.code != UNKNOWN_JOB:
+            raise
+        return False
+    return True
