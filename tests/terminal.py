@@ -47,8 +47,17 @@ class TerminalSession:
         self.leader, follower = os.openpty()
         columns, lines = size
         fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
+        # a session of its own, the terminal its controlling one: as a shell starts a command,
+        # and what the terminal's Ctrl-C (or `kill -INT 0` in it) reaches is its group, not ours
         self.proc = subprocess.Popen(
-            argv, stdin=follower, stdout=follower, stderr=follower, env=env, close_fds=True
+            argv,
+            stdin=follower,
+            stdout=follower,
+            stderr=follower,
+            env=env,
+            close_fds=True,
+            start_new_session=True,
+            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
         )
         os.close(follower)
         self.seen = b""

@@ -31,15 +31,21 @@ def _desk_on_a_terminal(pager: str) -> TerminalSession:
 
 @pytest.mark.parametrize(
     ("pager", "said"),
-    [("nosuchpager", b"nosuchpager"), ("unrunnable", b"Exec"), ("false", b"status")],
-    ids=["not on PATH", "fails once started", "exits non-zero"],
+    [
+        ("nosuchpager", b"nosuchpager"),
+        ("unrunnable", b"Exec"),
+        ("false", b"status"),
+        # a Ctrl-C, as the terminal sends it: to every process of its foreground group
+        ("sh -c 'kill -INT 0'", b"SIGINT"),
+    ],
+    ids=["not on PATH", "fails once started", "exits non-zero", "Ctrl-C"],
 )
 def test_a_pager_that_cannot_run_leaves_the_desk_working(
     sim_engine: EngineHandle, tmp_path: Path, pager: str, said: bytes
 ) -> None:
     """Not on PATH (the default `less` where less is not installed): said before the desk
     hands the terminal over. Found but failing to start (a file the system cannot run), or
-    failing once started: the desk takes the terminal back all the same."""
+    failing once started, or interrupted: the desk takes the terminal back all the same."""
     if pager == "unrunnable":
         unrunnable = tmp_path / "pager"
         unrunnable.write_bytes(b"\0\1\2 not a program")
