@@ -210,8 +210,11 @@ class DeskApp(App[str]):
             self.call_from_thread(self.notify, f"older jobs: {exc}", severity="error", timeout=8)
 
     def on_feed_trouble(self, message: FeedTrouble) -> None:
+        # One notice an outage: the feed says it again at every retry, and the header says
+        # ENGINE NOT ANSWERING until the engine is back (then a new outage is told again).
+        first = self.connection_note is None
         self.connection_note = message.problem and "ENGINE NOT ANSWERING"
-        if message.problem:
+        if message.problem and first:
             self.notify(message.problem, severity="error", timeout=6)
         self._redraw()
 
