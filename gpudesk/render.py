@@ -359,7 +359,8 @@ def file_end(path: str | os.PathLike[str] | None, max_bytes: int = 4096) -> str:
     try:
         from gpudesk import joblog
 
-        return joblog.tail(path, max_bytes).decode("utf-8", "replace")
+        # a byte that is not UTF-8 spelled \xff, as `gpudesk logs` spells it (not U+FFFD)
+        return joblog.tail(path, max_bytes).decode("utf-8", "backslashreplace")
     except OSError:
         return ""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +19,12 @@ def open_desk(readonly: bool, refresh: float, replay: Path | None) -> None:
         fail(
             "the desk needs a terminal; for pipes and scripts use `gpudesk top --once`, "
             "`gpudesk queue` or `gpudesk --help`",
+            EXIT_USAGE,
+        )
+    if os.environ.get("TERM") == "dumb":  # no cursor moves nor colour: the desk would be noise
+        fail(
+            "the desk needs a terminal that can draw (TERM=dumb cannot); `gpudesk top` is made "
+            "for such terminals, `gpudesk queue` lists the jobs",
             EXIT_USAGE,
         )
     if readonly and replay is None:  # watch only: a reader, which never starts an engine

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
+import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from textual import work
-from textual.app import App, ScreenStackError, SystemCommand
+from textual.app import App, ScreenStackError, SuspendNotSupported, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.markup import escape
 from textual.message import Message
@@ -32,7 +32,7 @@ from gpudesk.screens.help import HelpScreen
 from gpudesk.screens.job import JobScreen, LogScreen
 from gpudesk.screens.loaders import LoadersScreen
 from gpudesk.screens.mig import MigScreen
-from gpudesk.screens.pager import page_job_log
+from gpudesk.screens.pager import NoPager, page_job_log, pager_command, terminal_handed_over
 from gpudesk.screens.processes import ProcessesScreen
 from gpudesk.screens.queue import QueueScreen
 from gpudesk.screens.state import DeskState
@@ -210,8 +210,11 @@ class DeskApp(App[str]):
             self.call_from_thread(self.notify, f"older jobs: {exc}", severity="error", timeout=8)
 
     def on_feed_trouble(self, message: FeedTrouble) -> None:
+        # One notice an outage: the feed says it again at every retry, and the header says
+        # ENGINE NOT ANSWERING until the engine is back (then a new outage is told again).
+        first = self.connection_note is None
         self.connection_note = message.problem and "ENGINE NOT ANSWERING"
-        if message.problem:
+        if message.problem and first:
             self.notify(message.problem, severity="error", timeout=6)
         self._redraw()
 
@@ -420,16 +423,31 @@ class DeskApp(App[str]):
         if not job.log:
             self.notify(f"job {job.id} has no log yet", severity="warning")
             return
-        pager = shlex.split(os.environ.get("PAGER") or "less -R +G")
+        try:  # found before the terminal is handed over: a desk that cannot say so is lost
+            pager = pager_command(os.environ.get("PAGER"))
+        except NoPager as exc:
+            self._log_pane_instead(job, f"cannot open $PAGER here ({exc})")
+            return
         try:
-            with self.suspend():
-                page_job_log(job.id, pager)
-        except Exception as exc:  # no terminal to hand over (headless, a web driver)
-            self.notify(
-                f"cannot open $PAGER here ({type(exc).__name__}); showing the log pane instead",
-                severity="warning",
+            with terminal_handed_over(self):
+                status = page_job_log(job.id, pager)
+        except SuspendNotSupported:
+            self._log_pane_instead(job, "cannot open $PAGER here (no terminal to hand over)")
+            return
+        except OSError as exc:  # found, but it would not start (not a program, no access)
+            self._log_pane_instead(job, f"cannot open $PAGER here ({exc.strerror or exc})")
+            return
+        if status != 0:
+            ended = (
+                f"was ended by {signal.Signals(-status).name}"
+                if -status in signal.valid_signals()
+                else f"exited with status {status}"
             )
-            self.open_log(job)
+            self._log_pane_instead(job, f"$PAGER ({Path(pager[0]).name}) {ended}")
+
+    def _log_pane_instead(self, job: JobView, why: str) -> None:
+        self.notify(f"{why}; showing the log pane instead", severity="warning")
+        self.open_log(job)
 
     def action_submit(self) -> None:
         if self.readonly:

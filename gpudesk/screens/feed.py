@@ -395,7 +395,8 @@ class EngineFeed:
             data = self._act(through_engine)
         except EngineError:
             return []
-        return [printable(line) for line in data.decode("utf-8", "replace").splitlines()[-lines:]]
+        text = data.decode("utf-8", "backslashreplace")  # \xff, as `gpudesk logs` spells it
+        return [printable(line) for line in text.splitlines()[-lines:]]
 
     def cancel(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
         return self._act(lambda client: client.cancel(job_ids))

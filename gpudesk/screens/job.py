@@ -260,7 +260,8 @@ class LogScreen(DeskScreen):
         # read as a stream across rotations, and only from files of the job's owner (a link or
         # a FIFO in its place is refused: gpudesk.joblog)
         self.stream = joblog.LogStream(job.log, 0, job.uid) if job.log else None
-        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        # a byte that is not UTF-8 spelled \xff, as `gpudesk logs` spells it (not U+FFFD)
+        self.decoder = codecs.getincrementaldecoder("utf-8")("backslashreplace")
         self.follow = True
 
     def compose(self) -> ComposeResult:

@@ -101,3 +101,41 @@ def test_gpudesk_alone_opens_the_desk_on_the_engine_and_q_leaves_it(
     code, out = run_on_pty([sys.executable, "-c", entry], b"q", drawn=b"shown-on-the-desk")
     assert code == 0, out[-2000:]
     assert "SIMULATED" in out
+
+
+@pytest.mark.parametrize("args", [(), ("desk",)])
+def test_a_dumb_terminal_is_refused_in_one_line_pointing_to_top(
+    home: Home, args: tuple[str, ...]
+) -> None:
+    """TERM=dumb (Emacs' shell, a serial console): the desk would write the alternate screen,
+    mouse tracking and 24-bit colour as noise. One line, exit 2 as where there is no terminal,
+    nothing drawn and no engine started; `gpudesk top` is made for such terminals."""
+    leader, follower = os.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "gpudesk", *args],
+            stdin=follower,
+            stdout=follower,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "TERM": "dumb"},
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        os.close(follower)
+        follower = -1
+        drawn = b""
+        while select.select([leader], [], [], 0)[0]:
+            try:
+                drawn += os.read(leader, 65536)
+            except OSError:  # EIO: nothing more
+                break
+    finally:
+        os.close(leader)
+        if follower >= 0:
+            os.close(follower)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "TERM=dumb" in line and "`gpudesk top`" in line, line
+    assert drawn == b""  # no escape sequence reached the terminal
+    assert EngineHandle(home).pid is None

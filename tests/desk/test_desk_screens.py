@@ -8,6 +8,7 @@ import dataclasses
 import re
 
 import msgspec
+import pytest
 from replay import MPS_FAULT, STATION, opened, replay_feed, still_desk
 from test_desk_snapshots import replayed
 from textual.widgets import DataTable, Static
@@ -16,6 +17,7 @@ from gpudesk.api import JobView
 from gpudesk.screens.app import DeskApp
 from gpudesk.screens.feed import Frame
 from gpudesk.screens.help import KEYS
+from gpudesk.screens.widgets.strips import DeskHeader
 
 
 def test_no_loaders_shows_the_hint_and_no_empty_table_header() -> None:
@@ -201,5 +203,21 @@ def test_the_mig_screen_paints_again_only_what_changed() -> None:
             assert painted == []
             screen._loaded(None, "no plan: the engine went away")
             assert painted == ["mig-plans"]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("size", [(20, 8), (30, 10), (12, 6)])
+def test_a_tiny_desk_still_says_simulated(size: tuple[int, int]) -> None:
+    """Where the header is short of room the backend's name is cut, never the SIMULATED label
+    (at 20x8 it read ` gpudesk  sim:dgx-…`, SIMULATED nowhere on screen)."""
+    feed = replay_feed(STATION)
+    app = DeskApp(feed, refresh_s=0.05)
+
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            await replayed(pilot)
+            shown = app.screen.query_one(DeskHeader).render_line(0).text
+            assert "SIMULATED" in shown, shown
 
     asyncio.run(main())

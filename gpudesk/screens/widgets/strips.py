@@ -24,14 +24,24 @@ def render_header(
     it does not fit whole in `width`, the carbon goes first, then the total (each card
     still shows its GPU's energy today)."""
     text = Text(no_wrap=True, overflow="ellipsis")
-    text.append("gpudesk", style="bold")
     station = state.station
     if station is None:
+        text.append("gpudesk", style="bold")
         text.append("  connecting to the engine…", style="dim")
         return text
-    text.append(f"  {station.effective_backend}")
-    if state.simulated:
-        text.append(" SIMULATED", style="bold yellow")
+    # A simulated station is labelled SIMULATED on every screen at every size: where the
+    # header is short of room the backend's name goes first, then `gpudesk` comes after it.
+    backend = f"  {station.effective_backend}"
+    fits = width is None or len(f"gpudesk{backend} SIMULATED") <= width
+    if state.simulated and width is not None and len("gpudesk SIMULATED") > width:
+        text.append("SIMULATED", style="bold yellow")
+        text.append(" gpudesk", style="bold")
+    else:
+        text.append("gpudesk", style="bold")
+        if fits or not state.simulated:
+            text.append(backend)
+        if state.simulated:
+            text.append(" SIMULATED", style="bold yellow")
     counts = state.counts()
     text.append(f"  run {counts.get('running', 0)} · queued {counts.get('queued', 0)}")
     failed = counts.get("failed", 0)
