@@ -7,9 +7,11 @@ loads them at start as it loads any queue after a restart."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 from conftest import EngineHandle, wait_for
+from local_users import local_accounts
 
 from gpudesk.api.connection import EngineError
 from gpudesk.core.identity import Identity, user_name
@@ -18,9 +20,20 @@ from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
 ADA = Identity.of_process()  # the engine's own user
-# Another uid, with no passwd entry: an engine run by root runs its jobs as that uid (so they
-# use only what anyone may run, from a folder anyone may enter).
-BOB = Identity.of(61002, 61002, [])
+
+
+@pytest.fixture
+def bob() -> Iterator[Identity]:
+    """Another user. An engine run by root runs his jobs as him (so they use only what anyone
+    may run, from a folder anyone may enter), and only as a user the system knows
+    (hw.runner.entitled): a real throwaway one there. Elsewhere the engine cannot switch users,
+    and a uid with no passwd entry stands for him."""
+    if os.geteuid() != 0:
+        yield Identity.of(61002, 61002, [])
+        return
+    with local_accounts({"bob": []}) as made:
+        user = made.users["bob"]
+        yield Identity.of(user.uid, user.gid, user.groups)
 
 
 def queue_for(home: Home, *jobs: tuple[Identity, dict]) -> list[int]:
@@ -41,13 +54,13 @@ def sleeper(seconds: float) -> list[str]:
     return ["/bin/sleep", str(seconds)]
 
 
-def test_the_lighter_users_job_starts_first(home: Home) -> None:
+def test_the_lighter_users_job_starts_first(home: Home, bob: Identity) -> None:
     whole_gpu = {"gpus": 1, "memory_gb": 30, "sm_pct": 90}  # two never share a 40 GB GPU
     warm, ada_next, bob_first = queue_for(
         home,
         (ADA, {"name": "ada-warm", "command": sleeper(1.5), **whole_gpu}),
         (ADA, {"name": "ada-next", "command": sleeper(0.5), **whole_gpu}),
-        (BOB, {"name": "bob-first", "command": sleeper(0.5), **whole_gpu}),
+        (bob, {"name": "bob-first", "command": sleeper(0.5), **whole_gpu}),
     )
     engine = EngineHandle(home)
     engine.start(backend="sim:a100-40gbx1", policy="auto", sample_interval=0.2)
@@ -62,19 +75,19 @@ def test_the_lighter_users_job_starts_first(home: Home) -> None:
     assert all(j.state == "succeeded" for j in done.values())
     # ada had used the GPU; bob, submitted later at the same priority, went first
     assert done[bob_first].started_at < done[ada_next].started_at
-    assert done[bob_first].user == user_name(BOB.uid)
-    bobs = engine.client.request("jobs", user=BOB.uid)["jobs"]
+    assert done[bob_first].user == user_name(bob.uid)
+    bobs = engine.client.request("jobs", user=bob.uid)["jobs"]
     assert [j["id"] for j in bobs] == [bob_first]
 
 
-def test_two_users_never_share_an_mps_server(home: Home) -> None:
+def test_two_users_never_share_an_mps_server(home: Home, bob: Identity) -> None:
     light = {"gpus": 1, "memory_gb": 4, "sm_pct": 20}
     ids = queue_for(
         home,
         *(
             (owner, {"name": f"{tag}-{i}", "command": sleeper(2.5), **light})
             for i in range(3)
-            for owner, tag in ((ADA, "ada"), (BOB, "bob"))
+            for owner, tag in ((ADA, "ada"), (bob, "bob"))
         ),
     )
     engine = EngineHandle(home)
