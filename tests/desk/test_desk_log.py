@@ -19,20 +19,27 @@ from gpudesk.screens.job import LogScreen
 from gpudesk.text import printable
 
 
+def read_and_served(
+    engine: EngineHandle, job_id: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[str], list[str]]:
+    """The job's last 3 log lines as the desk reads them itself, then as the engine serves
+    them to a desk whose user the file refuses (root reads anything, so it is said refused)."""
+    path = engine.job(job_id).log
+    desk = EngineFeed(engine.home)
+    try:
+        direct = desk.log_tail(job_id, path, 3)
+        monkeypatch.setattr(feed_module, "_readable", lambda _path: False)
+        return direct, desk.log_tail(job_id, path, 3)
+    finally:
+        desk.close()
+
+
 def test_the_log_pane_asks_the_engine_for_a_log_it_cannot_read(
     engine: EngineHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (job_id,) = engine.submit({"name": "talk", "command": ["sh", "-c", "seq 1 5000"]})
     engine.wait_state(job_id, "succeeded")
-    path = engine.job(job_id).log
-    desk = EngineFeed(engine.home)
-    try:
-        direct = desk.log_tail(job_id, path, 3)
-        # as a desk whose user the file refuses (root reads anything, so say it is refused)
-        monkeypatch.setattr(feed_module, "_readable", lambda _path: False)
-        served = desk.log_tail(job_id, path, 3)
-    finally:
-        desk.close()
+    direct, served = read_and_served(engine, job_id, monkeypatch)
     assert direct == ["4998", "4999", "5000"]
     assert served == direct
 
@@ -48,18 +55,11 @@ def test_the_log_tail_spells_bytes_that_are_not_utf8_as_gpudesk_logs_does(
     """The job detail's log tail, read here or through the engine: `\\xff`, not U+FFFD."""
     (job_id,) = engine.submit({"name": "logesc", "command": NOT_UTF8})
     engine.wait_state(job_id, "succeeded")
-    path = engine.job(job_id).log
     logs = subprocess.run(
         [sys.executable, "-m", "gpudesk", "logs", str(job_id)], capture_output=True, timeout=60
     )
     assert printable(logs.stdout.decode("utf-8", "backslashreplace")).strip() == SPELLED
-    desk = EngineFeed(engine.home)
-    try:
-        direct = desk.log_tail(job_id, path, 3)
-        monkeypatch.setattr(feed_module, "_readable", lambda _path: False)
-        served = desk.log_tail(job_id, path, 3)
-    finally:
-        desk.close()
+    direct, served = read_and_served(engine, job_id, monkeypatch)
     assert direct == served == [SPELLED]
 
 
