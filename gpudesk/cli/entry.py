@@ -20,6 +20,10 @@ from gpudesk.cli.interrupts import INTERRUPTS
 
 def main() -> None:
     args = sys.argv[1:]
+    if not (_utf8(sys.stdout) and _utf8(sys.stderr)):  # a latin-1 or ASCII locale
+        from gpudesk.cli.output_encoding import degrade
+
+        degrade(sys.stdout, sys.stderr)
     # What people type first answers before typer and the commands are loaded (~0.25 s):
     # the version, and the root help once it has been rendered for this terminal width.
     if args == ["--version"]:
@@ -46,3 +50,14 @@ def main() -> None:
         run_cli()
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
+
+
+def _utf8(stream: object) -> bool:
+    """Whether `stream` writes UTF-8 (a stream that names no encoding, a StringIO, counts)."""
+    import codecs
+
+    name = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        return codecs.lookup(name).name.startswith("utf")
+    except LookupError:
+        return False

@@ -21,23 +21,9 @@ from types import FrameType
 from typing import Any, TextIO
 
 from gpudesk import render
+from gpudesk.cli.output_encoding import stand_in
 
 Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
-
-# stand-ins that read as the character they replace (the rest: `?` per column)
-STAND_INS = {
-    "…": "...",
-    "—": "-",
-    "–": "-",
-    "·": ".",
-    "‘": "'",
-    "’": "'",
-    "“": '"',
-    "”": '"',
-    "→": ">",
-    "≈": "~",
-    "×": "x",
-}
 
 
 def output_encoding(stream: TextIO) -> str:
@@ -62,10 +48,7 @@ def carried(text: str, encoding: str) -> str:
     """`text` with each character `encoding` lacks replaced by its stand-in."""
     if carries(text, encoding):
         return text
-    return "".join(
-        c if carries(c, encoding) else STAND_INS.get(c, "?" * max(1, render.cell_width(c)))
-        for c in text
-    )
+    return "".join(c if carries(c, encoding) else stand_in(c) for c in text)
 
 
 @contextlib.contextmanager
