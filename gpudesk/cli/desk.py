@@ -10,6 +10,7 @@ import typer
 
 from gpudesk.cli.common import fail
 from gpudesk.cli.exit_codes import EXIT_USAGE
+from gpudesk.cli.output_encoding import carries
 
 desk_app = typer.Typer()
 
@@ -25,6 +26,14 @@ def open_desk(readonly: bool, refresh: float, replay: Path | None) -> None:
         fail(
             "the desk needs a terminal that can draw (TERM=dumb cannot); `gpudesk top` is made "
             "for such terminals, `gpudesk queue` lists the jobs",
+            EXIT_USAGE,
+        )
+    if not carries("│█▁", sys.stdout):  # a latin-1 or ASCII locale: its boxes and bars
+        # came out as literal `\u2502` text; Textual has no ASCII drawing to fall back on
+        fail(
+            f"the desk draws with characters your terminal's encoding "
+            f"({sys.stdout.encoding}) cannot show; run it in a UTF-8 locale (LANG=C.UTF-8), or "
+            "use `gpudesk top`, which is made for any terminal",
             EXIT_USAGE,
         )
     if readonly and replay is None:  # watch only: a reader, which never starts an engine

@@ -103,13 +103,21 @@ def test_gpudesk_alone_opens_the_desk_on_the_engine_and_q_leaves_it(
     assert "SIMULATED" in out
 
 
-@pytest.mark.parametrize("args", [(), ("desk",)])
+@pytest.mark.parametrize(
+    ("args", "env", "said"),
+    [
+        ((), {"TERM": "dumb"}, "TERM=dumb"),
+        (("desk",), {"TERM": "dumb"}, "TERM=dumb"),
+        ((), {"TERM": "xterm-256color", "PYTHONIOENCODING": "latin-1"}, "(iso8859-1)"),
+    ],
+)
 def test_a_dumb_terminal_is_refused_in_one_line_pointing_to_top(
-    home: Home, args: tuple[str, ...]
+    home: Home, args: tuple[str, ...], env: dict[str, str], said: str
 ) -> None:
     """TERM=dumb (Emacs' shell, a serial console): the desk would write the alternate screen,
-    mouse tracking and 24-bit colour as noise. One line, exit 2 as where there is no terminal,
-    nothing drawn and no engine started; `gpudesk top` is made for such terminals."""
+    mouse tracking and 24-bit colour as noise; in a latin-1 locale its boxes and bars came out
+    as literal `\u2502` text. One line, exit 2 as where there is no terminal, nothing drawn and
+    no engine started; `gpudesk top` is made for such terminals."""
     leader, follower = os.openpty()
     try:
         done = subprocess.run(
@@ -117,7 +125,7 @@ def test_a_dumb_terminal_is_refused_in_one_line_pointing_to_top(
             stdin=follower,
             stdout=follower,
             stderr=subprocess.PIPE,
-            env={**os.environ, "TERM": "dumb"},
+            env={**os.environ, **env},
             text=True,
             timeout=60,
             check=False,
@@ -136,6 +144,6 @@ def test_a_dumb_terminal_is_refused_in_one_line_pointing_to_top(
             os.close(follower)
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.splitlines()
-    assert "TERM=dumb" in line and "`gpudesk top`" in line, line
+    assert said in line and "`gpudesk top`" in line, line
     assert drawn == b""  # no escape sequence reached the terminal
     assert EngineHandle(home).pid is None
