@@ -423,11 +423,8 @@ def logs(
         if json_out:
             _print_log_json(client, data, attempts[-1] if attempts else None, lines)
             return
-        if not attempts and not follow:
-            print(
-                f"job {data.job.id} has not started yet: {data.waiting or ''}",
-                file=sys.stderr,
-            )
+        if not follow and (not attempts or attempts[-1].state == "launch_failed"):
+            print(_no_output(data, attempts[-1] if attempts else None), file=sys.stderr)
             return
         follower = _stdout_follower(client, data, raw)
         try:
@@ -441,6 +438,18 @@ def logs(
             fail(joblog.refusal(data.job.id, exc))
     # like `tail --pid` plus the job's own status, so `gpudesk logs -f 3 && next` chains
     raise typer.Exit(ended.exit_status)
+
+
+def _no_output(data: JobDetail, attempt: AttemptView | None) -> str:
+    """Why a job has no output to print: its attempt never started (a missing working folder),
+    it never ran (cancelled, or after a job that failed), or it waits."""
+    job = data.job
+    if attempt is not None:
+        return f"job {job.id}'s attempt {attempt.number} never started: {attempt.reason or ''}"
+    if job.terminal:
+        why = f" ({job.reason})" if job.reason else ""
+        return f"job {job.id} never ran: it was {job.state} before it started{why}"
+    return f"job {job.id} has not started yet" + (f": {data.waiting}" if data.waiting else "")
 
 
 # ------------------------------------------------------------------- job control

@@ -276,3 +276,36 @@ def test_a_job_after_one_that_already_failed_is_said_cancelled_not_held(
     fine = gpudesk("submit", "--json", "--hold", "--after-any", str(failed), "--", "true")
     assert (json.loads(fine.stdout)["held"], fine.stderr) == (True, "")
     gpudesk("cancel", str(json.loads(fine.stdout)["id"]))
+
+
+def test_logs_of_a_job_with_no_output_says_why(engine: EngineHandle, tmp_path: Path) -> None:
+    """`gpudesk logs` of a job cancelled while queued said `has not started yet: ` (it never
+    will), and of one whose attempt could not start (its folder gone) said nothing at all."""
+    cancelled = submitted_id(gpudesk("submit", "--hold", "--", "true"))
+    gpudesk("cancel", str(cancelled))
+    said = gpudesk("logs", str(cancelled))
+    assert said.stderr == (
+        f"job {cancelled} never ran: it was cancelled before it started (cancelled while queued)\n"
+    )
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    launch_failed = submitted_id(
+        subprocess.run(
+            [*GPUDESK, "submit", "--hold", "--", "true"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=gone,
+        )
+    )
+    gone.rmdir()
+    gpudesk("release", str(launch_failed))
+    gpudesk("wait", "-q", str(launch_failed))
+    said = gpudesk("logs", str(launch_failed))
+    assert said.stderr == (
+        f"job {launch_failed}'s attempt 1 never started: the working directory {gone} does "
+        "not exist\n"
+    )
+    held = submitted_id(gpudesk("submit", "--hold", "--", "true"))
+    assert gpudesk("logs", str(held)).stderr.startswith(f"job {held} has not started yet: held")
+    gpudesk("cancel", str(held))
