@@ -274,6 +274,14 @@ def _print_root_help(command: Any, defaults: dict[str, object]) -> None:
     keep_root_help(text, str(path) if path is not None else "")
 
 
+def _exit_quietly_where_the_reader_left(exc: SystemExit) -> None:
+    """`gpudesk logs J | head -1`: typer's own handler of EPIPE exits 1, its streams made
+    quiet (click's PacifyFlushWrapper); a reader that left is no error here, as for `gpudesk
+    queue | head` (gpudesk.cli.failures): 0, whichever path printed."""
+    if exc.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper":
+        os._exit(0)
+
+
 def main(argv: list[str] | None = None) -> None:
     usage_error, click_exception = _click_error("UsageError"), _click_error("ClickException")
     args = sys.argv[1:] if argv is None else argv
@@ -298,6 +306,9 @@ def main(argv: list[str] | None = None) -> None:
                 )
             except CliError as exc:  # a value from a config file: said as the file's
                 raise _said_as_config(exc) from None
+            except SystemExit as exc:
+                _exit_quietly_where_the_reader_left(exc)
+                raise
     except usage_error as exc:
         if getattr(exc, "ctx", None) is None and command is not None:
             exc.ctx = _context_named(command, args)  # type: ignore[attr-defined]  # its usage

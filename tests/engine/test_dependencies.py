@@ -309,3 +309,18 @@ def test_logs_of_a_job_with_no_output_says_why(engine: EngineHandle, tmp_path: P
     held = submitted_id(gpudesk("submit", "--hold", "--", "true"))
     assert gpudesk("logs", str(held)).stderr.startswith(f"job {held} has not started yet: held")
     gpudesk("cancel", str(held))
+
+
+def test_a_reader_that_leaves_the_pipe_is_no_error(engine: EngineHandle) -> None:
+    """`gpudesk logs J | head -1` exited 1 (typer's own EPIPE handling), where `gpudesk queue |
+    head` exits 0; both 0, nothing said."""
+    job = submitted_id(gpudesk("submit", "--", "seq", "200000"))  # far more than a pipe holds
+    assert gpudesk("wait", "-q", str(job)).returncode == 0
+    reader = subprocess.Popen(
+        [*GPUDESK, "logs", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert reader.stdout is not None and reader.stderr is not None
+    assert reader.stdout.readline() == b"1\n"
+    reader.stdout.close()  # as head -1 does once it has its line
+    assert reader.wait(60) == 0
+    assert reader.stderr.read() == b""
