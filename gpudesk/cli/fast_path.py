@@ -72,7 +72,20 @@ def _has_option_defaults() -> bool:
     from gpudesk.cli.config import config_path
     from gpudesk.cli.site_config import site_config_path
 
-    return any(p is not None and os.path.lexists(p) for p in (config_path(), site_config_path()))
+    return any(p is not None and _may_exist(p) for p in (config_path(), site_config_path()))
+
+
+def _may_exist(path: os.PathLike[str]) -> bool:
+    """Whether a file may be at `path`: one behind a folder this user cannot enter may (the
+    full CLI then says it cannot be read, as every other command does, instead of this path
+    running without it)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def run_plain_queue(args: list[str]) -> bool:
