@@ -401,7 +401,8 @@ def submit_profile(
         # them at all (GPUs the station has), so a profile it refuses runs nothing
         with said_at_their_tables(profile.jobs, profile.origins):
             client.check_submit(profile.jobs, env=env)
-        workdir = os.getcwd() if profile.streamed else str(profile.path.parent)
+        # where the profile's jobs run: a bundled example's and a streamed one's, here
+        workdir = os.getcwd() if profile.streamed or profile.bundled else str(profile.path.parent)
         queued = _submit(
             client,
             [replace(p.job(workdir), cluster=cluster) for p in prepasses],

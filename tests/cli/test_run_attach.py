@@ -237,3 +237,24 @@ def test_a_profile_read_from_a_pipe_runs_its_jobs_in_the_current_folder(
     assert (here / "out.txt").read_text() == "hi\n"
     attach = run("--attach")
     assert attach.returncode == 2 and "is a pipe or a device" in attach.stderr, attach.stderr
+
+
+def test_a_bundled_examples_pre_pass_runs_in_the_current_folder_as_its_jobs_do(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """`gpudesk run selection` from any folder: its training jobs ran there, its pre-pass in
+    the installed package's folder (site-packages, root's on a system install)."""
+    run = subprocess.Popen(
+        [*GPUDESK, "run", "selection"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    try:
+        (prepass,) = wait_for(
+            lambda: engine.client.request("jobs")["jobs"] or None, what="the pre-pass job"
+        )
+    finally:
+        run.send_signal(signal.SIGINT)  # the run cancels its jobs as it leaves
+        run.wait(60)
+    assert prepass["spec"]["workdir"] == str(tmp_path), prepass
