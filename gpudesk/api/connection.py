@@ -175,7 +175,10 @@ def start_engine(
                     raise EngineError(diskspace.start_text(home.root))
                 refused = _start_failure(home, offset)
                 if refused:
-                    raise EngineError(f"the engine did not start: {refused}")
+                    # the daemon's exit 2 is bad arguments (an unknown --group): the command's
+                    # exit 2 too, as for any bad input; the rest are failures (exit 1)
+                    bad_input = "invalid_args" if process.returncode == 2 else "unavailable"
+                    raise EngineError(f"the engine did not start: {refused}", bad_input)
                 raise EngineError(
                     f"the engine did not start (exit {process.returncode}); "
                     f"the end of {home.engine_log}:\n{_log_tail(home)}"

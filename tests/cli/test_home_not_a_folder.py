@@ -133,3 +133,20 @@ def test_root_makes_no_home_inside_another_users_folder(tmp_path: Path) -> None:
             "`sudo -H`",
         )
         assert list(theirs.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a system engine starts as root only")
+def test_a_system_engine_for_a_group_that_does_not_exist_is_bad_input(tmp_path: Path) -> None:
+    """The daemon exits 2 on bad arguments (its unit does not restart it); `engine start
+    --system` said so with exit 1, a failure, not 2, as every other bad input is."""
+    socket = tmp_path / "run" / "control.sock"
+    done = gpudesk(
+        {},
+        *("engine", "start", "--system", "--group", "gd-no-such-group-x1"),
+        *("--state-dir", str(tmp_path / "state"), "--socket", str(socket)),
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(
+        "error: the engine did not start: --group gd-no-such-group-x1: there is no such group"
+    ), done.stderr
+    assert not socket.exists()
