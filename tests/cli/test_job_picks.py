@@ -89,7 +89,7 @@ def test_jobs_named_with_an_unknown_one_are_acted_on_and_it_is_reported(
     engine.wait_state(ended, "failed")
     code, out, err = gpudesk("hold", "99", str(kept))  # already held: said, exit 1
     assert code == 1 and f"job {kept} (kept): " in out, (out, err)
-    assert err.strip() == "error: no job with id or name '99'", err
+    assert err.strip() == "error: no job with id 99", err
     code, out, err = gpudesk("requeue", "99", str(ended), "--json")
     assert code == 1, err
     said = json.loads(out)
@@ -99,7 +99,7 @@ def test_jobs_named_with_an_unknown_one_are_acted_on_and_it_is_reported(
     code, out, err = gpudesk("cancel", str(held), "99", "nosuch", "99")
     assert code == 1 and out.strip() == f"job {held} (held): cancelled", (out, err)
     assert err.splitlines() == [
-        "error: no job with id or name '99'",
+        "error: no job with id 99",
         "error: no job with id or name 'nosuch'",
     ]
     assert engine.job(held).state == "cancelled" and engine.job(kept).state == "queued"
