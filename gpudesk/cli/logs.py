@@ -123,7 +123,7 @@ class LogFollower:
     but a `\\r` (the reader's own job: her progress bars redraw in place). `raw_out`: where the
     job's bytes go as they are when they are not spelled out (stdout's buffer: `--raw` and a
     pipe get the bytes byte for byte, never decoded); `out` still gets gpudesk's own lines.
-    Without it (`logs --json`'s text) the bytes are decoded, one that is not UTF-8 as U+FFFD."""
+    Without it (`logs --json`'s text) the bytes are decoded, one that is not UTF-8 as `\\xff`."""
 
     def __init__(
         self,
@@ -143,9 +143,9 @@ class LogFollower:
         self.spell_controls = spell_controls
         self.keep_carriage_return = keep_carriage_return
         self.raw_out = None if spell_controls else raw_out
-        # spelled out, a byte that is not UTF-8 is shown as \xff (as a control is), not hidden
-        errors = "backslashreplace" if spell_controls else "replace"
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors)
+        # decoded, a byte that is not UTF-8 is spelled \xff (as a control is), not hidden as
+        # U+FFFD: on a terminal, and in `logs --json` (the README's rule for every JSON)
+        self._decoder = codecs.getincrementaldecoder("utf-8")("backslashreplace")
         self._line_open = False  # the last text printed did not end a line
 
     def reader(self, attempt: AttemptView) -> LogReader | None:

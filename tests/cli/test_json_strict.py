@@ -103,7 +103,7 @@ def test_every_json_view_of_a_job_with_bytes_that_are_not_utf8(
     os.mkdir(folder)
     submitted = gpudesk(
         "submit", "--json", "-C", folder, "-e", b"VALUE=caf\xe9", "--",
-        "sh", "-c", "echo done", b"arg\xff",
+        "sh", "-c", "printf 'done\\377\\n'", b"arg\xff",
         home=engine.home.root,
     )  # fmt: skip
     assert submitted.returncode == 0, submitted.stderr
@@ -126,3 +126,6 @@ def test_every_json_view_of_a_job_with_bytes_that_are_not_utf8(
     assert listed["spec"]["command"][-1] == "arg\\xff"
     assert said["show"]["job"]["spec"]["workdir"] == f"{tmp_path}/d\\xe9p\\xf4t"  # type: ignore[index]
     assert [j["id"] for j in said["history"]["jobs"]] == [job]  # type: ignore[index]
+    # the job's own output too: the byte spelled \xff, as the README says of every JSON (it
+    # was U+FFFD here, which hides that the byte was there)
+    assert said["logs"]["output"] == "done\\xff\n"  # type: ignore[index]
