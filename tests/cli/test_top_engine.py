@@ -94,7 +94,7 @@ def test_top_comes_back_to_an_engine_started_restarted_or_resumed(
         assert "the engine stopped" not in paused and "no running jobs" not in paused
         # still drawing, while it asks the engine again (on a thread of its own)
         count = len(frames.frames)
-        wait_for(lambda: len(frames.frames) >= count + 5, 5.0, what="frames while paused")
+        wait_for(lambda: len(frames.frames) >= count + 5, 15.0, what="frames while paused")
     finally:
         os.kill(second, signal.SIGCONT)
     frames.next_with(f"engine pid {second}, ")

@@ -176,6 +176,6 @@ def test_top_draws_on_the_alternate_screen_and_leaves_it_however_it_ends(
         top.send_signal(how)
     assert ended(top) in codes
     # the screen and the cursor given back, after the last frame
-    wait_for(lambda: LEAVE in terminal.output, 5.0, what="top to leave the alternate screen")
+    wait_for(lambda: LEAVE in terminal.output, 20.0, what="top to leave the alternate screen")
     assert terminal.output.rindex(LEAVE) > terminal.output.rindex(b"engine not running")
     assert b"Traceback" not in terminal.output
