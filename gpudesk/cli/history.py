@@ -8,7 +8,9 @@ summed: as allocated, not as used."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import re
 import sys
 import time
 from pathlib import Path
@@ -34,12 +36,19 @@ FORMATS = ("table", "csv", "json", "codecarbon")  # codecarbon: gpudesk.cli.emis
 FINISHED: list[JobStateName] = ["succeeded", "failed", "cancelled"]
 
 
+_AGO = re.compile(r"(?:now)?\s*-?\s*(\d+(?:\.\d+)?)\s*([a-z]+)")  # now-5min, 3h, 2days
+
+
 def parse_since(text: str, now: float | None = None) -> float:
     """A point in time: a date or date-time (2026-11-20, 2026-11-20T14:00, "2026-11-20 14:00",
-    local time) or how long ago (3h, 2d, 90m). Raises ValueError saying what is accepted."""
+    local time), a time of day (14:00: today's, yesterday's while it is still ahead), `today`,
+    or how long ago, in --begin's and sacct's words (90m, 3h, 2d, now-5min, 1week). Raises
+    ValueError saying what is accepted."""
+    from gpudesk.core.submit_options import CLOCK, TIME_UNITS
     from gpudesk.units import parse_duration
 
     value = text.strip()
+    now = time.time() if now is None else now
     try:
         when = dt.datetime.fromisoformat(value)
     except ValueError:
@@ -51,14 +60,28 @@ def parse_since(text: str, now: float | None = None) -> float:
             # local time at the edge of the calendar (0001-01-01: the C library cannot find
             # its offset): taken as UTC, which is the same "everything" to the hour
             return when.replace(tzinfo=when.tzinfo or dt.timezone.utc).timestamp()
+    lower = value.lower()
+    today = dt.datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    if lower in ("today", "midnight"):
+        return today.timestamp()
+    if match := CLOCK.fullmatch(lower):
+        hour, minute, second = (int(g or 0) for g in match.groups())
+        with contextlib.suppress(ValueError):
+            moment = today.replace(hour=hour, minute=minute, second=second)
+            if moment.timestamp() > now:  # still ahead today: yesterday's (DST as that day's)
+                moment = (today - dt.timedelta(days=1)).replace(
+                    hour=hour, minute=minute, second=second
+                )
+            return moment.timestamp()
+    if (match := _AGO.fullmatch(lower)) and match.group(2) in TIME_UNITS:
+        return now - float(match.group(1)) * TIME_UNITS[match.group(2)]
     if value and value[-1].lower() in "smhd":
-        try:
-            return (now if now is not None else time.time()) - parse_duration(value)
-        except ValueError:
-            pass
+        with contextlib.suppress(ValueError):
+            return now - parse_duration(value)  # 1h30m
     raise ValueError(
         f"'{printable_line(text)}' is not a time: give a date or date-time (2026-11-20, "
-        "2026-11-20 14:00) or how long ago (90m, 3h, 2d)"
+        "2026-11-20 14:00), a time of day (14:00), today, or how long ago (90m, 3h, 2d, "
+        "now-5min, 1week)"
     )
 
 
@@ -66,7 +89,8 @@ _SINCE = typer.Option(
     None,
     "--since",
     metavar="WHEN",
-    help="Only jobs that ended since then: 2026-11-20, '2026-11-20 14:00', 3h, 2d.",
+    help="Only jobs that ended since then: 2026-11-20, '2026-11-20 14:00', 14:00, today, or how "
+    "long ago: 90m, 3h, 2d, now-5min, 1week (--begin's units).",
 )
 _FORMAT = typer.Option(
     "table",

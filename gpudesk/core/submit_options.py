@@ -21,7 +21,7 @@ MAX_ARRAY_INDEX = 4_000_000  # Slurm's MaxArraySize is at most 4,000,001
 MAX_BEGIN_AHEAD_S = 366 * 86400.0
 
 # sbatch --begin's units after now+N (seconds when none is given)
-_UNITS = {
+TIME_UNITS = {
     **dict.fromkeys(("", "s", "sec", "secs", "second", "seconds"), 1.0),
     **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60.0),
     **dict.fromkeys(("h", "hour", "hours"), 3600.0),
@@ -29,7 +29,7 @@ _UNITS = {
     **dict.fromkeys(("w", "week", "weeks"), 7 * 86400.0),
 }
 _RELATIVE = re.compile(r"(?:now)?\s*\+\s*(\d+(?:\.\d+)?)\s*([a-z]*)|now")
-_CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
+CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
 _DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:[t ](\d{1,2}):(\d{2})(?::(\d{2}))?)?")
 _ARRAY = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
 
@@ -53,9 +53,9 @@ def parse_begin(text: str, now: float) -> float:
             count, unit = match.group(1), match.group(2) or ""
             if count is None:
                 return now
-            if unit not in _UNITS:
+            if unit not in TIME_UNITS:
                 raise ValueError(f"{unit!r} is not a unit (s, min, h, days, weeks)")
-            return now + float(count) * _UNITS[unit]
+            return now + float(count) * TIME_UNITS[unit]
         named = {
             "today": today,
             "midnight": today + dt.timedelta(days=1),
@@ -67,7 +67,7 @@ def parse_begin(text: str, now: float) -> float:
             if value == "noon" and moment.timestamp() <= now:
                 moment += dt.timedelta(days=1)
             return moment.timestamp()
-        if match := _CLOCK.fullmatch(value):
+        if match := CLOCK.fullmatch(value):
             hour, minute, second = (int(g or 0) for g in match.groups())
             moment = _at(today, hour, minute, second)
             if moment.timestamp() <= now:  # sbatch: a time of day already past is tomorrow's

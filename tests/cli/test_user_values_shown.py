@@ -143,3 +143,29 @@ def test_a_date_at_the_edge_of_the_calendar_is_a_time(zone: str, when: str) -> N
             patch.undo()
             time.tzset()
     assert (start < -6e10) if when.startswith("0001") else (start > 2.5e11)
+
+
+def test_since_takes_the_time_words_begin_and_sacct_take() -> None:
+    """`history --since` refused `5min`, `1w`, `20:08` and `now-5min`, which `--begin` (and
+    sacct -S) take: the same units, a time of day (the last one past), and today."""
+    import datetime as dt
+
+    from gpudesk.cli.history import parse_since
+
+    now = dt.datetime(2026, 12, 5, 21, 0, 30).timestamp()
+    ago = {
+        "5min": 300,
+        "now-5min": 300,
+        "1w": 7 * 86400,
+        "2days": 2 * 86400,
+        "1h30m": 5400,
+        "20:08": 52 * 60 + 30,
+        "today": 21 * 3600 + 30,
+    }
+    for text, seconds in ago.items():
+        assert now - parse_since(text, now) == pytest.approx(seconds), text
+    # a time of day still ahead today is yesterday's
+    assert now - parse_since("21:30", now) == pytest.approx(86400 - 29 * 60 - 30)
+    for bad in ("5parsecs", "25:99", "now+5min"):
+        with pytest.raises(ValueError, match="is not a time"):
+            parse_since(bad, now)
