@@ -52,7 +52,10 @@ def carbon_g(joules: float | None, g_per_kwh: float) -> float | None:
     return None if joules is None else joules / J_PER_KWH * g_per_kwh
 
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
+# a unit by its first letter: 90s, 30m, 10min, 2hours, 1day (--begin's words, Slurm's units)
+_DURATION_PART = re.compile(
+    r"(\d+(?:\.\d+)?)(days?|d|hours?|h|min(?:ute)?s?|m|sec(?:ond)?s?|s)(?![a-z])"
+)
 _WITH_UNITS = re.compile(rf"(?:{_DURATION_PART.pattern})+")  # 1h30m: parts, nothing between
 _UNIT_S = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 
@@ -64,7 +67,7 @@ def parse_duration(text: str) -> float:
     value = text.strip().lower()
     try:
         if _WITH_UNITS.fullmatch(value):
-            return sum(float(n) * _UNIT_S[unit] for n, unit in _DURATION_PART.findall(value))
+            return sum(float(n) * _UNIT_S[unit[0]] for n, unit in _DURATION_PART.findall(value))
         days = 0.0
         if "-" in value:
             day_text, value = value.split("-", 1)
@@ -87,7 +90,7 @@ def parse_duration(text: str) -> float:
     except ValueError:
         raise ValueError(
             f"{quoted(text)} is not a duration: give minutes as sbatch --time does (90, 90:00, "
-            "1:30:00, 2-12:00:00) or units (90s, 30m, 1h30m, 2d)"
+            "1:30:00, 2-12:00:00) or units (90s, 30m or 30min, 1h30m, 2hours, 2d)"
         ) from None
 
 

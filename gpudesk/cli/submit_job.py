@@ -105,7 +105,8 @@ def add_limit_and_tracking(
             fail(f"--time: {exc}", EXIT_USAGE)
         if not 1 <= seconds <= MAX_TIME_LIMIT_S:
             fail(
-                f"--time: a time limit is 1 s to 366 days; {time_limit} is {seconds:g} s",
+                f"--time: a time limit is 1 s to 366 days; {time_limit} is "
+                + (f"{seconds / 86400:,.2f} days" if seconds >= 86400 else f"{seconds:g} s"),
                 EXIT_USAGE,
             )
         raw["time_limit_s"] = seconds
