@@ -106,7 +106,7 @@ def add_limit_and_tracking(
         if not 1 <= seconds <= MAX_TIME_LIMIT_S:
             fail(
                 f"--time: a time limit is 1 s to 366 days; {time_limit} is "
-                + (f"{seconds / 86400:,.2f} days" if seconds >= 86400 else f"{seconds:g} s"),
+                + ("more than 366 days" if seconds > MAX_TIME_LIMIT_S else f"{seconds:g} s"),
                 EXIT_USAGE,
             )
         raw["time_limit_s"] = seconds
