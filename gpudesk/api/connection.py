@@ -10,6 +10,7 @@ import json
 import os
 import re
 import select
+import shlex
 import socket
 import stat
 import time
@@ -20,7 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.core import protocol
-from gpudesk.paths import Home, HomeError, UnsafePath, check_owner, open_state_file, user_name
+from gpudesk.paths import (
+    SYSTEM_SOCKET,
+    Home,
+    HomeError,
+    UnsafePath,
+    check_owner,
+    open_state_file,
+    user_name,
+)
 from gpudesk.spawn import SAFE_CWD, module_argv
 from gpudesk.units import byte_size
 
@@ -392,10 +401,14 @@ def _parting_words(sock: socket.socket) -> bytes | None:
 
 def _not_listening(home: Home) -> str:
     if home.is_system:
+        start = "`sudo systemctl start gpudesk`, or `sudo gpudesk engine start --system`"
+        if home.system_socket != SYSTEM_SOCKET:  # that command would start the default one
+            socket = shlex.quote(str(home.system_socket))
+            start = f"its service, or `sudo gpudesk engine start --system --socket {socket}` "
+            start += "with its --state-dir"
         return (
-            f"{home.description} is not running; an admin starts it (`sudo systemctl start "
-            "gpudesk`, or `sudo gpudesk engine start --system`). To use a personal engine "
-            "instead, set GPUDESK_HOME"
+            f"{home.description} is not running; an admin starts it ({start}). To use a "
+            "personal engine instead, set GPUDESK_HOME"
         )
     return f"no engine is listening for {home.root} (start one with `gpudesk engine start`)"
 

@@ -145,6 +145,14 @@ def test_a_system_engines_reader_is_told_who_starts_it(home: Home, tmp_path: Pat
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert str(socket) in done.stderr, done.stderr
     assert_no_engine(home)
+    # the station's socket was named: how to start that one (the default command, which it said
+    # before, starts an engine at /run/gpudesk/control.sock instead)
+    (folder := socket.parent).mkdir()
+    said = gpudesk("submit", "--", "true", env={**os.environ, "GPUDESK_SOCKET": str(socket)})
+    assert f"`sudo gpudesk engine start --system --socket {socket}` with its --state-dir" in (
+        said.stderr
+    ), said.stderr
+    assert folder.exists() and not any(folder.iterdir())
 
 
 @pytest.mark.parametrize("args", [("--readonly",), ("desk", "--readonly")])
