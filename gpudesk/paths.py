@@ -109,9 +109,11 @@ def _check_not_made_for_another(root: Path) -> None:
     gpudesk, `pip --user` and every program that writes under ~/.local."""
     if os.geteuid() != 0:
         return  # anyone else cannot make folders in another user's (or is let, as in /tmp)
+    # Every folder on the way, by lstat: a link of hers (~/.local -> /etc) is hers too, and
+    # root follows nothing she made to decide where its folders go.
     for folder in root.parents:
         try:
-            owner = os.stat(folder).st_uid
+            owner = os.lstat(folder).st_uid
         except OSError:
             continue
         if owner != 0:
@@ -121,7 +123,6 @@ def _check_not_made_for_another(root: Path) -> None:
                 "be in that user's way. This happens where sudo keeps HOME (`sudo -E`): run it "
                 "with `sudo -H` or as root's own login, or set GPUDESK_HOME to a folder of root's."
             )
-        return
 
 
 def _not_a_folder(root: Path, system: bool = False) -> HomeError:

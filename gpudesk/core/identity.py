@@ -145,3 +145,35 @@ def _groups_of(uid: int, gid: int) -> list[int]:
         return os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
     except (KeyError, OSError):
         return [gid]
+
+
+class OwnerGone(Exception):
+    """A job's owner is not the user the system knows by her uid any more (`as_known_now`)."""
+
+
+def as_known_now(owner: Identity) -> Identity:
+    """`owner` as the user database has it now, for a process started for her (a job, its
+    --notify, a shared-loader producer): with the groups she was submitted with that she still
+    holds (a group taken from her since is not given back). Raises OwnerGone where the uid has
+    no user any more, now names another user than the one who submitted (a deleted user's uid
+    given to someone else), or her primary group is no longer hers: Slurm's slurmd refuses a job
+    of a user the host does not know, likewise."""
+    try:
+        entry = pwd.getpwuid(owner.uid)
+    except KeyError:
+        raise OwnerGone(
+            f"its owner, {owner.login or 'uid'} (uid {owner.uid}), is no longer a user of "
+            "this system (the user database has no entry for the uid)"
+        ) from None
+    if owner.login is not None and entry.pw_name != owner.login:
+        raise OwnerGone(
+            f"uid {owner.uid} now belongs to {entry.pw_name}, not to {owner.login}, who "
+            "submitted it (the user was deleted and the uid given again)"
+        )
+    holds = {entry.pw_gid, *os.getgrouplist(entry.pw_name, entry.pw_gid)}
+    if owner.gid not in holds:
+        raise OwnerGone(
+            f"{entry.pw_name} (uid {owner.uid}) no longer holds the group it was submitted "
+            f"with, gid {owner.gid}"
+        )
+    return Identity.of(owner.uid, owner.gid, [g for g in owner.groups if g in holds], owner.login)

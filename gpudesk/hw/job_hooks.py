@@ -41,10 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudesk import trust
-from gpudesk.core.identity import Identity
+from gpudesk.core.identity import Identity, OwnerGone, as_known_now
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import STATION_EVENT
-from gpudesk.hw.runner import LaunchError, entitled, run_as
+from gpudesk.hw.runner import run_as
 from gpudesk.paths import open_state_file
 from gpudesk.text import printable, safe_text
 from gpudesk.toml_lines import tomllib
@@ -291,7 +291,7 @@ def run_hook(run: HookRun, running: set[int] | None = None) -> HookResult:
     first OUTPUT_KEPT bytes of its output. On a worker thread, never the loop. `running` holds
     its pid while it runs (what `JobEndHooks.close` kills)."""
     started = time.monotonic()
-    user = entitled(run.user) if run.user else None  # LaunchError: her uid has no such user
+    user = as_known_now(run.user) if run.user else None  # OwnerGone: her uid is not hers
     process = subprocess.Popen(
         run.argv,
         stdin=subprocess.DEVNULL,
@@ -484,7 +484,7 @@ class JobEndHooks:
     def _run(self, run: HookRun) -> None:
         try:
             result = run_hook(run, self.running)
-        except (OSError, LaunchError) as exc:
+        except (OSError, OwnerGone) as exc:
             self._record(run, f"could not start: {exc}", b"")
             return
         if result.returncode is None:

@@ -20,7 +20,6 @@ import errno
 import fcntl
 import json
 import os
-import pwd
 import signal
 import sys
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from pathlib import Path
 import psutil
 
 from gpudesk import trust
-from gpudesk.core.identity import Identity
+from gpudesk.core.identity import Identity, OwnerGone, as_known_now
 from gpudesk.core.jobs import workdir_problem
 from gpudesk.hw import wrapper
 from gpudesk.hw.hostmetrics import group_processes
@@ -173,30 +172,12 @@ def run_as(owner: Identity) -> Identity | None:
 
 
 def entitled(owner: Identity) -> Identity:
-    """`owner` as the user database has it now, for a process to run as: the groups it was
-    submitted with that the user still holds (a group taken from her since is not given back).
-    Raises LaunchError where the uid has no user any more, now names another user than the one
-    who submitted (a deleted user's uid given to someone else), or where her primary group is no
-    longer hers: Slurm's slurmd refuses a job of a user the host does not know, likewise."""
+    """`owner` as the user database has it now (core.identity.as_known_now), or LaunchError
+    saying why the job is not run."""
     try:
-        entry = pwd.getpwuid(owner.uid)
-    except KeyError:
-        raise LaunchError(
-            f"its owner, {owner.login or 'uid'} (uid {owner.uid}), is no longer a user of "
-            "this system (the user database has no entry for the uid): it is not run"
-        ) from None
-    if owner.login is not None and entry.pw_name != owner.login:
-        raise LaunchError(
-            f"uid {owner.uid} now belongs to {entry.pw_name}, not to {owner.login}, who "
-            f"submitted it (the user was deleted and the uid given again): it is not run"
-        )
-    holds = {entry.pw_gid, *os.getgrouplist(entry.pw_name, entry.pw_gid)}
-    if owner.gid not in holds:
-        raise LaunchError(
-            f"{entry.pw_name} (uid {owner.uid}) no longer holds the group it was submitted "
-            f"with, gid {owner.gid}: it is not run"
-        )
-    return Identity.of(owner.uid, owner.gid, [g for g in owner.groups if g in holds], owner.login)
+        return as_known_now(owner)
+    except OwnerGone as exc:
+        raise LaunchError(f"{exc}: it is not run") from None
 
 
 def log_owner_uid(owner: Identity) -> int:

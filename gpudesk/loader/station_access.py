@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from gpudesk.core.identity import Identity, peer_caller
+from gpudesk.core.identity import Identity, OwnerGone, as_known_now, peer_caller
 from gpudesk.loader.protocol import LoaderError
 from gpudesk.paths import Home, UnsafePath, check_station_dir, user_name
 
@@ -57,7 +57,10 @@ def producer_identity(
             return f"its declared owner {declared!r} is not a user of this machine"
         return _identity(entry) if entry.pw_uid != 0 else "its declared owner is root"
     if first is not None and first.uid != 0:
-        return first
+        try:  # the job's owner as the system knows her now, as her job is launched
+            return as_known_now(first)
+        except OwnerGone as exc:
+            return f"the job that needs it cannot: {exc}"
     if folder_uid is not None and folder_uid != 0:
         try:
             return _identity(pwd.getpwuid(folder_uid))

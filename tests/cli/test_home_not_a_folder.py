@@ -133,6 +133,14 @@ def test_root_makes_no_home_inside_another_users_folder(tmp_path: Path) -> None:
             "`sudo -H`",
         )
         assert list(theirs.iterdir()) == []
+    # a link of hers to a folder of root's is hers: root does not follow it (stat did)
+    roots = tmp_path / "roots"
+    roots.mkdir()
+    os.symlink(roots, theirs / ".local")
+    os.lchown(theirs / ".local", 54321, 54321)
+    linked = gpudesk({"GPUDESK_HOME": str(home), "XDG_STATE_HOME": ""}, "submit", "--", "true")
+    one_paragraph(linked, f"would be made inside {theirs / '.local'}, which belongs to 54321")
+    assert list(roots.iterdir()) == []
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a system engine starts as root only")

@@ -350,3 +350,24 @@ def test_a_group_taken_from_her_while_her_job_waits_is_not_given_to_it(
     assert station.wait(ada, job_id, {"succeeded", "failed"})["state"] == "succeeded"
     ran_with = {int(g) for g in log_of(station, job_id).read_text().split()}
     assert ran_with == {ada.gid}
+
+
+def test_a_deleted_owner_gets_no_notify_and_no_loader_producer(users: Users) -> None:
+    """The job's own launch is not the only process started as its owner: her --notify and a
+    shared loader's producer for her job are too, each with the identity the job was submitted
+    with. Neither runs once her uid names no user."""
+    from gpudesk.core.identity import OwnerGone
+    from gpudesk.hw.job_hooks import HookRun, run_hook
+    from gpudesk.loader.station_access import producer_identity
+
+    ada = users.ada
+    owner = Identity.of(ada.uid, ada.gid, [ada.gid, users.team], ada.name)
+    assert producer_identity(None, owner, None) == Identity.of(
+        ada.uid, ada.gid, [ada.gid, users.team], ada.name
+    )
+    assert subprocess.run(["userdel", ada.name], capture_output=True).returncode == 0
+    said = producer_identity(None, owner, None)
+    assert isinstance(said, str) and f"{ada.name} (uid {ada.uid}), is no longer a user" in said
+    notify = HookRun(("/bin/sh", "-c", "true"), {}, owner, 10.0, "its --notify", 1, "")
+    with pytest.raises(OwnerGone):
+        run_hook(notify)
