@@ -352,11 +352,14 @@ def test_a_group_taken_from_her_while_her_job_waits_is_not_given_to_it(
     assert ran_with == {ada.gid}
 
 
-def test_a_deleted_owner_gets_no_notify_and_no_loader_producer(users: Users) -> None:
-    """The job's own launch is not the only process started as its owner: her --notify and a
-    shared loader's producer for her job are too, each with the identity the job was submitted
-    with. Neither runs once her uid names no user."""
+def test_a_deleted_owner_gets_no_notify_loader_producer_or_tracking_worker(
+    users: Users, tmp_path: Path
+) -> None:
+    """The job's own launch is not the only process started as its owner: her --notify, a
+    shared loader's producer for her job and her MLflow tracking worker are too, each with the
+    identity the job was submitted with. None runs once her uid names no user."""
     from gpudesk.core.identity import OwnerGone
+    from gpudesk.engine.services.tracking.sidecar import Sidecar
     from gpudesk.hw.job_hooks import HookRun, run_hook
     from gpudesk.loader.station_access import producer_identity
 
@@ -371,3 +374,8 @@ def test_a_deleted_owner_gets_no_notify_and_no_loader_producer(users: Users) -> 
     notify = HookRun(("/bin/sh", "-c", "true"), {}, owner, 10.0, "its --notify", 1, "")
     with pytest.raises(OwnerGone):
         run_hook(notify)
+    # nor her MLflow tracking worker
+    worker = Sidecar(ada.uid, owner, str(tmp_path / "worker.log"), lambda restart: None)
+    worker.ensure_running()
+    assert worker.process is None
+    assert f"{ada.name} (uid {ada.uid}), is no longer a user" in str(worker.state.problem)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpudesk import trust
-from gpudesk.core.identity import Identity
+from gpudesk.core.identity import Identity, OwnerGone, as_known_now
 from gpudesk.engine.services.tracking.replies import Complaints
 from gpudesk.paths import UnsafePath, open_state_file
 from gpudesk.spawn import SAFE_CWD, module_argv
@@ -119,11 +119,11 @@ class Sidecar:
         self.starts.append(now)
         try:
             self._start()
-        except (OSError, UnsafePath) as exc:
+        except (OSError, UnsafePath, OwnerGone) as exc:
             self.process = None
             self.next_start = now + RESTART_DELAY_S
             self.state.problem = f"the tracking worker could not be started: {exc}"
-            if self.owner is not None:
+            if self.owner is not None and not isinstance(exc, OwnerGone):
                 self.state.problem += (
                     f" (it runs as uid {self.owner.uid}, the jobs' owner: the engine's Python, "
                     f"{sys.executable}, and gpudesk[mlflow] must be ones the station's users "
@@ -138,7 +138,9 @@ class Sidecar:
     def _start(self) -> None:
         out = open_state_file(Path(self.log_path), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
-            owner = self.owner
+            # as the system knows its owner now: a deleted user's uid is not hers, her groups
+            # only those she still holds (the check every process started for her passes)
+            owner = as_known_now(self.owner) if self.owner is not None else None
             self.process = subprocess.Popen(
                 module_argv(WORKER_MODULE),
                 stdin=subprocess.PIPE,
