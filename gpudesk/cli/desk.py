@@ -10,7 +10,7 @@ import typer
 
 from gpudesk.cli.common import fail
 from gpudesk.cli.exit_codes import EXIT_USAGE
-from gpudesk.cli.output_encoding import carries
+from gpudesk.cli.output_encoding import carries, output_encoding
 
 desk_app = typer.Typer()
 
@@ -28,8 +28,9 @@ def open_desk(readonly: bool, refresh: float, replay: Path | None) -> None:
             "for such terminals, `gpudesk queue` lists the jobs",
             EXIT_USAGE,
         )
-    if not carries("│█▁", sys.stdout):  # a latin-1 or ASCII locale: its boxes and bars
-        # came out as literal `\u2502` text; Textual has no ASCII drawing to fall back on
+    # a latin-1 or ASCII locale: its boxes and bars came out as literal `\u2502` text, and
+    # Textual has no ASCII drawing to fall back on
+    if not carries("│█▁", output_encoding(sys.stdout)):
         fail(
             f"the desk draws with characters your terminal's encoding "
             f"({sys.stdout.encoding}) cannot show; run it in a UTF-8 locale (LANG=C.UTF-8), or "

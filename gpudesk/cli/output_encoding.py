@@ -50,13 +50,24 @@ def degrade(*streams: TextIO) -> None:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors=ERRORS)
-    if not all(carries("…", stream) for stream in streams):
+    if not all(carries("…", output_encoding(stream)) for stream in streams):
         render.ELLIPSIS.set("...")
 
 
-def carries(text: str, stream: TextIO) -> bool:
+def output_encoding(stream: TextIO) -> str:
+    """The encoding `stream` writes in; utf-8 for one that names none (a StringIO), ascii for
+    one Python does not know."""
+    name = getattr(stream, "encoding", None) or "utf-8"
     try:
-        text.encode(getattr(stream, "encoding", None) or "utf-8")
-    except (UnicodeEncodeError, LookupError):
+        return codecs.lookup(name).name
+    except LookupError:
+        return "ascii"
+
+
+def carries(text: str, encoding: str) -> bool:
+    """Whether `encoding` can write every character of `text`."""
+    try:
+        text.encode(encoding)
+    except UnicodeEncodeError:
         return False
     return True

@@ -11,7 +11,6 @@ it cannot show took), never an error.
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import shutil
 import signal
@@ -21,27 +20,9 @@ from types import FrameType
 from typing import Any, TextIO
 
 from gpudesk import render
-from gpudesk.cli.output_encoding import stand_in
+from gpudesk.cli.output_encoding import carries, output_encoding, stand_in
 
 Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
-
-
-def output_encoding(stream: TextIO) -> str:
-    """The encoding `stream` writes in; utf-8 for one that names none (a StringIO), ascii for
-    one Python does not know."""
-    name = getattr(stream, "encoding", None) or "utf-8"
-    try:
-        return codecs.lookup(name).name
-    except LookupError:
-        return "ascii"
-
-
-def carries(text: str, encoding: str) -> bool:
-    try:
-        text.encode(encoding)
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def carried(text: str, encoding: str) -> str:
