@@ -19,9 +19,11 @@ defaults: no data-centre overhead is counted. Every column's source is in docs/e
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
 import io
+import os
 import platform
 import socket
 import sys
@@ -352,11 +354,34 @@ def append(path: Path, rows: Sequence[EmissionsRow]) -> Appended:
     else:
         chunk = render(new)
     try:
-        with path.open("a" if header else "w", encoding="utf-8", newline="") as out:
-            out.write(chunk)
+        _append_whole(path, chunk.encode("utf-8"), anew=not header)
     except OSError as exc:
         raise EmissionsFileError(f"cannot write {path}: {_why(exc)}") from None
     return Appended(new, len(rows) - len(new))
+
+
+def _append_whole(path: Path, data: bytes, *, anew: bool) -> None:
+    """Append `data` to `path` whole or not at all. A disk that fills part-way would leave a
+    row cut short, and the next export would add rows after it: a short row among full ones,
+    which codecarbon's dashboard cannot read. So a failed write is cut back to the file's
+    size before it. `anew`: the file is new, or holds no row (blank lines at most), and is
+    written from its start; one that fails is removed, as if never begun."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if anew else os.O_APPEND)
+    fd = os.open(path, flags, 0o666)
+    try:
+        before = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:  # os.write may write less than asked (a signal, a nearly full disk)
+                view = view[os.write(fd, view) :]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, before)
+                if anew:
+                    os.unlink(path)
+            raise
+    finally:
+        os.close(fd)
 
 
 def _names(columns: Sequence[str], most: int = 5) -> str:

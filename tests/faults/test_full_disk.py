@@ -7,6 +7,9 @@ Real: a small tmpfs mounted as GPUDESK_HOME (root only), filled by the job itsel
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import io
 import os
 import shutil
 import sqlite3
@@ -20,6 +23,8 @@ import psutil
 import pytest
 from conftest import EngineHandle, wait_for
 
+from gpudesk.cli import emissions
+from gpudesk.cli.emissions import EmissionsRow
 from gpudesk.hw import runner
 from gpudesk.paths import Home
 
@@ -413,3 +418,37 @@ def test_a_cancel_of_many_jobs_on_a_full_disk_leaves_each_as_the_store_has_it(
     gate.touch()
     engine.wait_all_done(kept, timeout=60)
     assert sorted(int(n) for n in marker.read_text().split()) == [ids.index(i) for i in kept]
+
+
+def _emissions_row(run_id: str) -> EmissionsRow:
+    """A row with every cell filled (about 400 bytes), as `history --format codecarbon` makes."""
+    values = {
+        f.name: (f"{f.name}-{run_id}" if f.type == "str" else 1)
+        for f in dataclasses.fields(EmissionsRow)
+    }
+    return EmissionsRow(**{**values, "run_id": run_id})
+
+
+def test_an_emissions_file_on_a_full_disk_keeps_only_whole_rows(small_disk: Path) -> None:
+    """A disk that fills part-way through an append used to leave the file ending in a row cut
+    short; once there was room, the next export added rows after it: a short row among full
+    ones, which codecarbon's dashboard cannot read. The append is now whole or not at all."""
+    out = small_disk / "emissions.csv"
+    first = emissions.append(out, [_emissions_row(f"a{i}") for i in range(5)])
+    assert len(first.rows) == 5
+    kept = out.read_bytes()
+    fill(small_disk / "filler")  # the disk now full, all but a few bytes
+    with pytest.raises(emissions.EmissionsFileError, match="No space left"):
+        emissions.append(out, [_emissions_row(f"b{i}") for i in range(200)])
+    assert out.read_bytes() == kept  # not one byte of a row cut short
+    (small_disk / "filler").unlink()
+    again = emissions.append(out, [_emissions_row(f"b{i}") for i in range(200)])
+    assert len(again.rows) == 200
+    lines = list(csv.reader(io.StringIO(out.read_text())))
+    assert len(lines) == 1 + 5 + 200 and {len(line) for line in lines} == {len(lines[0])}
+    # a new file the disk cannot take is not left behind, headed but empty
+    fill(small_disk / "filler")
+    new = small_disk / "new.csv"
+    with pytest.raises(emissions.EmissionsFileError):
+        emissions.append(new, [_emissions_row(f"c{i}") for i in range(200)])
+    assert not new.exists()
