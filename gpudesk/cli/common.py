@@ -93,11 +93,12 @@ def report_outcomes(
     else:
         for r in results:
             print(f"job {r.id} ({printable_line(r.name)}): {r.outcome}")
-    from gpudesk.core.field_checks import reads_as_job_id
+    from gpudesk.core.field_checks import array_task_ref, reads_as_job_id
 
     for ref in unknown:  # as the engine says it: an id by its number, a name quoted
         what = f"id {ref}" if reads_as_job_id(ref) else f"id or name {quoted(ref)}"
-        print(f"error: no job with {what}", file=sys.stderr)
+        said = f"no job {ref}" if array_task_ref(ref) else f"no job with {what}"  # 144_9
+        print(f"error: {said}", file=sys.stderr)
     if unknown or any(not r.ok for r in results):
         raise SystemExit(EXIT_FAILED)
 

@@ -405,6 +405,7 @@ def logs(
 ) -> None:
     """Print a job's output."""
     from gpudesk import joblog
+    from gpudesk.cli import job_extras_view
     from gpudesk.untrusted import UntrustedFileError
 
     if json_out and follow:
@@ -423,6 +424,11 @@ def logs(
         if json_out:
             _print_log_json(client, data, attempts[-1] if attempts else None, lines)
             return
+        if data.array is not None:  # on stderr: stdout is the job's output, as it wrote it
+            said = job_extras_view.array_tasks_text(data.array)
+            print(
+                f"job {data.job.id} is task {data.job.spec.array_task} of {said}", file=sys.stderr
+            )
         if not follow and (not attempts or attempts[-1].state == "launch_failed"):
             print(_no_output(data, attempts[-1] if attempts else None), file=sys.stderr)
             return

@@ -147,11 +147,12 @@ def job_refs(values: list[str], option: str) -> list[str]:
 
 
 def job_ids(client: Client, refs: list[str], key: str = "after") -> list[int]:
-    """Ids and names, made ids now: the job waits for those jobs, not later namesakes. A name
-    no job has is bad input, said as the option (`key`'s) that gave it; an id is checked by the
-    engine (`gpudesk.cli.submit_job.as_option` says its refusal as the option)."""
+    """Ids, array tasks (`144_2`) and names, made ids now: the job waits for those jobs, not
+    later namesakes. A name no job has is bad input, said as the option (`key`'s) that gave
+    it; an id is checked by the engine (`gpudesk.cli.submit_job.as_option` says its refusal as
+    the option), which reads an array's id as all its tasks."""
     from gpudesk.api.errors import EngineError
-    from gpudesk.core.field_checks import reads_as_job_id
+    from gpudesk.core.field_checks import array_task_ref, reads_as_job_id
 
     ids = []
     for ref in refs:
@@ -163,9 +164,10 @@ def job_ids(client: Client, refs: list[str], key: str = "after") -> list[int]:
         except EngineError as exc:
             if exc.code != "unknown_job":
                 raise
+            what = ref if array_task_ref(ref) else f"named {quoted(ref)}"  # 144_9: no such task
             fail(
-                f"{_option(key)}: there is no job named {quoted(ref)} to run after (gpudesk queue "
-                "--all lists the jobs)",
+                f"{_option(key)}: there is no job {what} to run after (gpudesk queue --all lists "
+                "the jobs)",
                 EXIT_USAGE,
             )
     return ids
@@ -202,7 +204,9 @@ def specs_of(raw: dict[str, Any], extras: Extras, client: Client) -> list[JobSpe
 
 
 def array_line(ids: list[int], array: ArrayRange) -> str:
-    """`submitted array job 12 (tasks 0-9%2: jobs 12-21, at most 2 at once)`."""
+    """`submitted array job 12 (tasks 0-9%2: jobs 12-21, at most 2 at once); 12 names them
+    all, 12_0 task 0` (as Slurm reads an array's id and JOBID_TASK)."""
     jobs = f"jobs {ids[0]}-{ids[-1]}" if consecutive(ids) else "jobs"
     throttle = f", at most {array.limit} at once" if array.limit is not None else ""
-    return f"array job {ids[0]} (tasks {array.text}: {jobs}{throttle})"
+    named = f"{ids[0]} names them all, {ids[0]}_{array.tasks[0]} task {array.tasks[0]}"
+    return f"array job {ids[0]} (tasks {array.text}: {jobs}{throttle}); {named}"

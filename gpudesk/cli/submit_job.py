@@ -68,16 +68,17 @@ def job_fields(
 
 def _program_name(program: str) -> str:
     """The job's name where --name gives none: its program's file name, unless that is all
-    digits (a job reference of digits is read as an id: the job could not be named by it)."""
-    from gpudesk.core.field_checks import check_name, reads_as_job_id
+    digits or reads as an array's task (`12_3`): a job reference of digits is read as an id,
+    so the job could not be named by it."""
+    from gpudesk.core.field_checks import check_name, reads_as_job_number
     from gpudesk.text import safe_text
 
     # a program whose file name is not UTF-8 runs as it is; its name only shows it
     name = safe_text(Path(program).name)
-    if reads_as_job_id(name.strip()):
+    if reads_as_job_number(name.strip()):
         fail(
             f"the job would be named after its program, {quoted(name)}, but a job's name cannot be "
-            "all digits (digits are read as a job id): give it one with --name",
+            "all digits, nor read as an array's task (12_3): give it one with --name",
             EXIT_USAGE,
         )
     try:
