@@ -116,6 +116,16 @@ def engine_client(*, autostart: bool = True, timeout: float | None = None) -> Cl
     return Client.connect(current_home(), autostart=autostart, timeout=timeout)
 
 
+# How a command's job arguments read (docs/jobs.md), in each command's --help
+JOB_REFS_HELP = (
+    "Job ids or names; an array's id names every task of the array, ID_TASK (144_2) one task, "
+    "as in Slurm."
+)
+ONE_JOB_HELP = (
+    "Job id, array task (ID_TASK: 144_2), or name (the newest job of that name); an array's "
+    "id is its first task here."
+)
+
 COMPLETION_TIMEOUT_S = 0.5  # a shell waits on this at each Tab: an engine that is slow is none
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from gpudesk.cli import submit_extras
-from gpudesk.cli.common import complete_job, fail, print_json
+from gpudesk.cli.common import ONE_JOB_HELP, complete_job, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.cli.no_engine import acting_client
 from gpudesk.text import printable_line
@@ -43,7 +43,8 @@ _AFTER = typer.Option(
     metavar="JOB",
     autocompletion=complete_job,
     help="Start only once these jobs have succeeded (ids or names, comma-separated or "
-    "repeated): they replace the jobs it ran after.",
+    "repeated; an array's id: every task of it, 144_2: one task): they replace the jobs it "
+    "ran after.",
 )
 _NO_DEPS = typer.Option(
     False,
@@ -54,9 +55,7 @@ _NO_DEPS = typer.Option(
 
 @edit_app.command()
 def edit(
-    job: str = typer.Argument(
-        ..., help="Job id, or name (the newest job of that name).", autocompletion=complete_job
-    ),
+    job: str = typer.Argument(..., help=ONE_JOB_HELP, autocompletion=complete_job),
     command: str | None = _COMMAND,
     shell: bool | None = typer.Option(
         None, "--shell/--no-shell", help="Run the command with /bin/sh (or not)."

@@ -50,9 +50,9 @@ ARRAY = typer.Option(
     metavar="INDEXES",
     help="Submit an array of jobs, one per index (0-9, 1,3,5, 0-20:4), each named NAME_INDEX "
     "and given GPUDESK_ARRAY_TASK_ID and GPUDESK_ARRAY_JOB_ID; %N after the indexes (0-9%2) "
-    "runs at most N of them at once, as sbatch --array does. Each task is a job of its own, "
-    "and the array's id is its first task's: unlike Slurm's, --after, wait and cancel given "
-    "that id mean that task alone (name every task's id, or pick them: cancel --name 'NAME_*').",
+    "runs at most N of them at once, as sbatch --array does. Each task is a job of its own; "
+    "the array's id (its first task's) names them all, as Slurm's does (cancel, hold, wait, "
+    "--after ...), and ID_TASK one task (144_0: the first).",
 )
 AFTER_ANY = typer.Option(
     [],
