@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudesk.cli.common import consecutive, engine_client, fail, print_json
+from gpudesk.cli.common import engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from gpudesk.text import quoted
 
@@ -290,9 +290,7 @@ def submit_and_report(
         what = array_line(submitted.ids, extras.array) if extras.array else f"job {job_id}"
         print(f"submitted {what} ({spec.name}){where}")
         if hold:
-            print(
-                f"held: {_release_hint(submitted.ids) if extras.array else _release_hint([job_id])}"
-            )
+            print(f"held: {_release_hint(submitted.ids if extras.array else [job_id])}")
         # queued, but no GPU will drain for it: say so now, not at the next `queue`
         for line in change_lines(submitted.waits_for_change):
             print(f"note: {line}", file=sys.stderr)
@@ -321,9 +319,6 @@ def check_workdir_usable(cwd: Path) -> None:
 
 
 def _release_hint(ids: list[int]) -> str:
-    """How to let held jobs start: `gpudesk release` names jobs one by one (an array's too)."""
-    if len(ids) == 1:
-        return f"`gpudesk release {ids[0]}` lets it start"
-    if consecutive(ids):
-        return f"`gpudesk release $(seq {ids[0]} {ids[-1]})` lets them start"
-    return "`gpudesk release` each of its jobs to let it start"
+    """How to let held jobs start: release the job, or the array by its id (its first job's),
+    which names every task of it (docs/jobs.md)."""
+    return f"`gpudesk release {ids[0]}` lets {'it' if len(ids) == 1 else 'them'} start"
