@@ -130,8 +130,9 @@ class JobTables(StoreConnection):
         return found
 
     def array_tasks(self, heads: Sequence[int]) -> dict[int, dict[int, int]]:
-        """The arrays whose first jobs are among `heads`: each one's task index -> job id, in
-        task order, its first job's own included (each task of `--array` is a job)."""
+        """The arrays whose first jobs are among `heads` (at most 16,000: two parameters each):
+        each one's task index -> job id, in task order, its first job's own included (each task
+        of `--array` is a job): the first jobs by their ids, the later tasks by jobs_by_array."""
         found: dict[int, dict[int, int]] = {}
         task, marks = "json_extract(spec, '$.array_task')", ",".join("?" * len(heads))
         for array, job_id, index in self._conn.execute(
