@@ -186,9 +186,11 @@ def submit_in_parts(
     *,
     hold: bool,
     parts: Sequence[range] | None = None,
+    alone: Sequence[int] = (),
 ) -> SubmitResult:
     """Queue `jobs` in `parts` (default: `plan_parts`), all or none; released once all are in,
-    unless `hold` (the submitter asked for them held: held by the user, as their events say)."""
+    unless `hold` (the submitter asked for them held: held by the user, as their events say).
+    `alone`: the dependencies' ids that name an array's first task alone (`first_tasks_alone`)."""
     parts = plan_parts(jobs, env) if parts is None else parts
     cluster = next((job["cluster"] for job in jobs if job.get("cluster")), None)
     if cluster is not None:
@@ -206,7 +208,11 @@ def submit_in_parts(
     try:
         for part in parts:
             args = SubmitArgs(
-                jobs=part_jobs(jobs, part, ids), env=env, hold=True, in_parts=in_parts
+                jobs=part_jobs(jobs, part, ids),
+                env=env,
+                hold=True,
+                in_parts=in_parts,
+                first_tasks_alone=list(alone),
             )
             try:
                 result = client.ask(SubmitResult, "submit", args)

@@ -117,8 +117,9 @@ def edit(
         fail("nothing to change: give the options to change (gpudesk edit --help)", EXIT_USAGE)
     with acting_client([job]) as client:
         for key, refs in extras.after.items():
-            fields[key] = submit_extras.job_ids(client, refs, key)
-        result = _edited(client, job, fields, set_env, unset_env)
+            fields[key] = submit_extras.job_ids(client, refs, key, extras.first_tasks)
+        alone = extras.first_tasks.alone
+        result = _edited(client, job, fields, set_env, unset_env, alone)
     if json_out:
         print_json({"id": result.id, "name": result.name, "changes": result.changes})
     elif result.changes:
@@ -176,13 +177,21 @@ def _command_words(command: str, shell: bool | None) -> list[str]:
 
 
 def _edited(
-    client: Client, job: str, fields: dict[str, Any], set_env: dict[str, str], unset: list[str]
+    client: Client,
+    job: str,
+    fields: dict[str, Any],
+    set_env: dict[str, str],
+    unset: list[str],
+    first_tasks_alone: list[int],
 ) -> Any:
-    """The engine's edit; a field it refuses is reported as the option that gave it."""
+    """The engine's edit; a field it refuses is reported as the option that gave it.
+    `first_tasks_alone`: the dependencies' ids that name an array's first job alone."""
     from gpudesk.api.errors import EngineError
 
     try:
-        return client.edit_job(job, fields, set_env=set_env, unset_env=unset)
+        return client.edit_job(
+            job, fields, set_env=set_env, unset_env=unset, first_tasks_alone=first_tasks_alone
+        )
     except EngineError as exc:
         from gpudesk.cli.submit_job import as_option
 

@@ -82,12 +82,28 @@ NOTIFY = typer.Option(
 
 
 @dataclass
+class FirstTasks:
+    """The dependencies' ids that name an array's first job alone (`--after 144_0`, or the
+    first task's name, `sw_0`), where the engine reads an id as the whole array (docs/jobs.md):
+    the request's `first_tasks_alone`. An id also given as digits names the array."""
+
+    named: set[int] = field(default_factory=set)
+    by_id: set[int] = field(default_factory=set)
+
+    @property
+    def alone(self) -> list[int]:
+        return sorted(self.named - self.by_id)
+
+
+@dataclass
 class Extras:
-    """What the job's fields alone do not say: its array, and the jobs its other dependencies
-    name (ids or names, made ids when the engine is asked)."""
+    """What the job's fields alone do not say: its array, the jobs its other dependencies
+    name (ids or names, made ids when the engine is asked), and which of them name an
+    array's first job alone."""
 
     array: ArrayRange | None = None
     after: dict[str, list[str]] = field(default_factory=dict)
+    first_tasks: FirstTasks = field(default_factory=FirstTasks)
 
 
 def apply(
@@ -146,11 +162,14 @@ def job_refs(values: list[str], option: str) -> list[str]:
     return refs
 
 
-def job_ids(client: Client, refs: list[str], key: str = "after") -> list[int]:
+def job_ids(
+    client: Client, refs: list[str], key: str = "after", first: FirstTasks | None = None
+) -> list[int]:
     """Ids, array tasks (`144_2`) and names, made ids now: the job waits for those jobs, not
     later namesakes. A name no job has is bad input, said as the option (`key`'s) that gave
     it; an id is checked by the engine (`gpudesk.cli.submit_job.as_option` says its refusal as
-    the option), which reads an array's id as all its tasks."""
+    the option), which reads an array's id as all its tasks: one that names an array's first
+    job alone (`144_0`, `sw_0`) is put in `first`."""
     from gpudesk.api.errors import EngineError
     from gpudesk.core.field_checks import array_task_ref, reads_as_job_id
 
@@ -158,9 +177,11 @@ def job_ids(client: Client, refs: list[str], key: str = "after") -> list[int]:
     for ref in refs:
         if reads_as_job_id(ref):
             ids.append(int(ref))
+            if first is not None:
+                first.by_id.add(ids[-1])
             continue
         try:
-            ids.append(client.show(ref).job.id)
+            job = client.show(ref).job
         except EngineError as exc:
             if exc.code != "unknown_job":
                 raise
@@ -170,6 +191,9 @@ def job_ids(client: Client, refs: list[str], key: str = "after") -> list[int]:
                 "the jobs)",
                 EXIT_USAGE,
             )
+        ids.append(job.id)
+        if job.array_head and first is not None:
+            first.named.add(job.id)
     return ids
 
 
@@ -185,7 +209,7 @@ def specs_of(raw: dict[str, Any], extras: Extras, client: Client) -> list[JobSpe
 
     fields = dict(raw)
     for key, refs in extras.after.items():
-        fields[key] = job_ids(client, refs, key)
+        fields[key] = job_ids(client, refs, key, extras.first_tasks)
     array = extras.array
     tasks = array.tasks if array is not None else (None,)
     specs = []

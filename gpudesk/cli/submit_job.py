@@ -239,7 +239,7 @@ def submit_and_report(
     extras = extras or Extras()
     with engine_client() as client:
         if refs:  # names become ids here: the job waits for those jobs, not later namesakes
-            raw = {**raw, "after": job_ids(client, refs)}
+            raw = {**raw, "after": job_ids(client, refs, first=extras.first_tasks)}
         specs = specs_of(raw, extras, client)
         spec = specs[0]
         # what the engine would refuse of these options (--on slurm --array): said as them
@@ -247,7 +247,8 @@ def submit_and_report(
         if problem:
             fail(problem, EXIT_USAGE)
         try:
-            submitted = client.submit_jobs(specs, hold=hold)
+            alone = extras.first_tasks.alone
+            submitted = client.submit_jobs(specs, hold=hold, first_tasks_alone=alone)
         except EngineError as exc:
             said = as_option(exc)  # --after 999: no such job; --priority 5 by a member
             if said:

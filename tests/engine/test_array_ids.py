@@ -139,6 +139,17 @@ def test_after_an_array_id_runs_after_every_task(engine: EngineHandle, gpudesk: 
     code, out, err = gpudesk("edit", str(api), "--after-notok", str(head))
     assert code == 0, err
     assert engine.job(api).spec.after_notok == [head, one, two]
+    # the first task alone: by ID_TASK, or by its name (the engine is told: first_tasks_alone)
+    for ref in (f"{head}_0", "sw_0"):
+        code, out, err = gpudesk("submit", "--json", "--hold", "--after", ref, "true")
+        assert code == 0, err
+        alone = int(re.search(r"\d+", out).group())  # type: ignore[union-attr]
+        assert engine.job(alone).spec.after == [head], ref
+        code, out, err = gpudesk("edit", str(alone), "--after-any", f"{head}_0,{one}")
+        assert code == 0 and engine.job(alone).spec.after_any == [head, one], err
+        code, out, err = gpudesk("edit", str(alone), "--after-any", f"{head}_0,{head}")
+        assert engine.job(alone).spec.after_any == [head, one, two], err  # the id: all
+        engine.api.cancel([alone], grace=0)
     code, _, err = gpudesk("submit", "--after", f"{head}_9", "--name", "x", "true")
     assert code == 2 and f"there is no job {head}_9 to run after" in err, err
     code, out, err = gpudesk("release", str(gate))

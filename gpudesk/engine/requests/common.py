@@ -7,7 +7,7 @@ their type (`gpudesk.core.wire.requests`) before its handler is called.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,10 +108,11 @@ class Requests:
         usage = self.parts.telemetry.job_usage(job_ids, self.parts.attempts.attempt_numbers())
         return msgspec.convert(usage, dict[int, UsageSummary])
 
-    def _tasks_of(self) -> TasksOf:
-        """An array's tasks by its id (JobSpec.with_array_tasks), each read once a request."""
+    def _tasks_of(self, alone: Collection[int]) -> TasksOf:
+        """An array's tasks by its id (JobSpec.with_array_tasks), each read once a request;
+        none for an id the client named its first task alone by (`first_tasks_alone`)."""
         tasks = self.parts.store.array_tasks
-        return functools.cache(lambda job_id: tasks([job_id]).get(job_id, {}))
+        return functools.cache(lambda i: {} if i in alone else tasks([i]).get(i, {}))
 
     def _find(self, ref: JobRef, field: str) -> JobRecord:
         """A job by id (int or digits) or by name (the newest job of that name); `field` names

@@ -85,7 +85,7 @@ class SubmitRequests(Requests):
             )
         specs: list[JobSpec] = []
         known: set[int] = set()  # the job ids named so far that exist: each looked up once
-        tasks_of = self._tasks_of()
+        tasks_of = self._tasks_of(args.first_tasks_alone)
         for index, raw in enumerate(args.jobs):
             try:  # the jobs named as given checked, then an array's id names its tasks too
                 spec = JobSpec.from_dict(raw)
