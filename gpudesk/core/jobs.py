@@ -414,7 +414,9 @@ class JobSpec:
         changed: dict[str, Any] = {}
         for key in keys:
             refs = getattr(self, key)
-            ids = dict.fromkeys(i for ref in refs for i in (ref, *tasks_of(ref).values()))
+            # -k, a job of the same request, is that job alone (it has no tasks stored yet)
+            tasks = {ref: tasks_of(ref).values() if ref > 0 else () for ref in refs}
+            ids = dict.fromkeys(i for ref in refs for i in (ref, *tasks[ref]))
             if len(ids) > MAX_ARRAY_TASKS:
                 raise SpecError(
                     key,
