@@ -315,14 +315,17 @@ class Client:
         env: Mapping[str, str] | None = None,
         *,
         hold: bool = False,
+        first_tasks_alone: Sequence[int] = (),
     ) -> SubmitResult:
         """`submit`, with all the engine said: the ids, and whether the station is SIMULATED.
         `hold`: queued held, none starting until `release` (the station's jobs only). A
         submission larger than one request may be (about 2,000 plain jobs) goes in parts that
-        start as one, all or none (`gpudesk.api.submit_parts`)."""
+        start as one, all or none (`gpudesk.api.submit_parts`). An array's id among the jobs'
+        dependencies names every task of the array, as in Slurm, but for those of
+        `first_tasks_alone`, which name its first task alone (`144_0`)."""
         args = self._submit_args(specs, env)
-        if hold:
-            args = msgspec.structs.replace(args, hold=True)
+        alone = list(first_tasks_alone)
+        args = msgspec.structs.replace(args, hold=hold, first_tasks_alone=alone)
         try:
             return self.ask(SubmitResult, "submit", args)
         except EngineError as exc:
@@ -333,7 +336,7 @@ class Client:
             parts = parts_for(args.jobs, args.env) if exc.code == TOO_LARGE else None
             if parts is None:
                 raise
-        return submit_in_parts(self, args.jobs, args.env, hold=hold, parts=parts)
+        return submit_in_parts(self, args.jobs, args.env, hold=hold, parts=parts, alone=alone)
 
     def check_submit(self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None) -> bool:
         """Whether the engine would accept these jobs, queueing nothing: raises the EngineError
@@ -539,18 +542,22 @@ class Client:
         *,
         set_env: Mapping[str, str] | None = None,
         unset_env: Sequence[str] = (),
+        first_tasks_alone: Sequence[int] = (),
     ) -> EditResult:
         """Edit a job that has not started (`gpudesk edit`): `fields` replaces its spec's
         fields by `JobSpec` name (`name`, `command`, `time_limit_s`, `gpus`, `after`, ...:
         `gpudesk.core.job_edit.EDITABLE_FIELDS`; None clears one to its default), `set_env`
         sets variables of its environment and `unset_env` removes some. Checked as a new
         submit is; an EngineError `refused` for a job that started or is another's,
-        `invalid_args` naming a field, `unknown_job`. The job keeps its id and its place."""
+        `invalid_args` naming a field, `unknown_job`. The job keeps its id and its place. An
+        array's id in a dependency field names every task of it, but those of
+        `first_tasks_alone` (as `submit_jobs`)."""
         args = EditArgs(
             job=job,
             fields=dict(fields or {}),
             set_env=dict(set_env or {}),
             unset_env=list(unset_env),
+            first_tasks_alone=list(first_tasks_alone),
         )
         return self.ask(EditResult, "edit", args)
 

@@ -45,6 +45,9 @@ from gpudesk.core.wire.jobs import (
     AlternativeView as AlternativeView,
 )
 from gpudesk.core.wire.jobs import (
+    ArrayTasksView as ArrayTasksView,
+)
+from gpudesk.core.wire.jobs import (
     AttemptUsageFigures as AttemptUsageFigures,
 )
 from gpudesk.core.wire.jobs import (
@@ -274,6 +277,7 @@ __all__ = [
     "REPLY_MODELS",
     "ActionOutcome",
     "ActionResult",
+    "ArrayTasksView",
     "AttemptUsageFigures",
     "AttemptUsageView",
     "AttemptView",

@@ -253,15 +253,22 @@ def said_at_their_tables(
 
 def waited_ids(client: Client, refs: Sequence[str]) -> list[int]:
     """The jobs `refs` name, each once, in the order given; every one resolved before any is
-    waited for: one unknown job, and none is. Ids are checked in one listing (a `show` each
-    costs the engine a job's whole detail, why it waits included: 10 s for 3,000 queued jobs);
-    a name, or an id the listing lacks, is asked by `show`, whose refusal says why."""
+    waited for: one unknown job, and none is. An array's id names every task of the array, as
+    the engine reads it (`144`; `144_2`: task 2 alone). Ids are checked in one listing (a
+    `show` each costs the engine a job's whole detail, why it waits included: 10 s for 3,000
+    queued jobs); a name, a task, an array's id or an id the listing lacks is asked by `show`,
+    whose refusal says why."""
     numbers = [int(ref) for ref in refs if reads_as_job_id(ref) and int(ref) <= MAX_ROW_ID]
-    listed = {job.id for job in client.jobs(ids=numbers, usage=False)} if numbers else set()
+    listed = {job.id: job for job in client.jobs(ids=numbers, usage=False)} if numbers else {}
     ids: dict[int, None] = {}
     for ref in refs:
-        number = int(ref) if reads_as_job_id(ref) else None
-        ids[number if number in listed else client.show(ref).job.id] = None
+        job = listed.get(int(ref)) if reads_as_job_id(ref) else None
+        if job is not None and not job.array_head:
+            ids[job.id] = None
+            continue
+        detail = client.show(ref)
+        array = detail.array if reads_as_job_id(ref) else None  # `144`; not `144_0`, nor a name
+        ids.update(dict.fromkeys(array.jobs if array else [detail.job.id]))
     return list(ids)
 
 

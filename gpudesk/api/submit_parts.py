@@ -148,7 +148,7 @@ def _in_batches(
     return outcomes
 
 
-def _id_ranges(ids: Sequence[int]) -> str:
+def id_ranges(ids: Sequence[int]) -> str:
     """`ids` said short: "17-2016" for a run, "3, 5-9" otherwise."""
     runs: list[list[int]] = []
     for job_id in sorted(ids):
@@ -169,12 +169,12 @@ def _withdrawn(client: Client, ids: Sequence[int]) -> str:
     except EngineError as exc:
         return (
             f" Its first {len(ids):,} job(s), queued held in parts before, could not all be "
-            f"cancelled ({exc}): jobs {_id_ranges(ids)}; `gpudesk cancel` them."
+            f"cancelled ({exc}): jobs {id_ranges(ids)}; `gpudesk cancel` them."
         )
     if left:
         return (
             f" Its first {len(ids):,} job(s), queued held in parts before, were cancelled "
-            f"but for jobs {_id_ranges(left)}; `gpudesk cancel` them."
+            f"but for jobs {id_ranges(left)}; `gpudesk cancel` them."
         )
     return f" Its first {len(ids):,} job(s), queued held in parts before, were cancelled."
 
@@ -186,9 +186,11 @@ def submit_in_parts(
     *,
     hold: bool,
     parts: Sequence[range] | None = None,
+    alone: Sequence[int] = (),
 ) -> SubmitResult:
     """Queue `jobs` in `parts` (default: `plan_parts`), all or none; released once all are in,
-    unless `hold` (the submitter asked for them held: held by the user, as their events say)."""
+    unless `hold` (the submitter asked for them held: held by the user, as their events say).
+    `alone`: the dependencies' ids that name an array's first task alone (`first_tasks_alone`)."""
     parts = plan_parts(jobs, env) if parts is None else parts
     cluster = next((job["cluster"] for job in jobs if job.get("cluster")), None)
     if cluster is not None:
@@ -206,7 +208,11 @@ def submit_in_parts(
     try:
         for part in parts:
             args = SubmitArgs(
-                jobs=part_jobs(jobs, part, ids), env=env, hold=True, in_parts=in_parts
+                jobs=part_jobs(jobs, part, ids),
+                env=env,
+                hold=True,
+                in_parts=in_parts,
+                first_tasks_alone=list(alone),
             )
             try:
                 result = client.ask(SubmitResult, "submit", args)
@@ -236,14 +242,14 @@ def _release(client: Client, ids: Sequence[int], in_parts: InParts) -> None:
     except EngineError as exc:
         raise EngineError(
             f"all {len(ids):,} jobs were queued (in parts, held until all were in), but "
-            f"releasing them failed ({exc}): jobs {_id_ranges(ids)} may still be held; "
+            f"releasing them failed ({exc}): jobs {id_ranges(ids)} may still be held; "
             "`gpudesk release` them",
             exc.code,
         ) from None
     if held:
         raise EngineError(
             f"all {len(ids):,} jobs were queued (in parts, held until all were in), but jobs "
-            f"{_id_ranges(held)} could not be released; `gpudesk release` them"
+            f"{id_ranges(held)} could not be released; `gpudesk release` them"
         )
 
 

@@ -93,11 +93,12 @@ def report_outcomes(
     else:
         for r in results:
             print(f"job {r.id} ({printable_line(r.name)}): {r.outcome}")
-    from gpudesk.core.field_checks import reads_as_job_id
+    from gpudesk.core.field_checks import array_task_ref, reads_as_job_id
 
     for ref in unknown:  # as the engine says it: an id by its number, a name quoted
         what = f"id {ref}" if reads_as_job_id(ref) else f"id or name {quoted(ref)}"
-        print(f"error: no job with {what}", file=sys.stderr)
+        said = f"no job {ref}" if array_task_ref(ref) else f"no job with {what}"  # 144_9
+        print(f"error: {said}", file=sys.stderr)
     if unknown or any(not r.ok for r in results):
         raise SystemExit(EXIT_FAILED)
 
@@ -114,6 +115,16 @@ def engine_client(*, autostart: bool = True, timeout: float | None = None) -> Cl
 
     return Client.connect(current_home(), autostart=autostart, timeout=timeout)
 
+
+# How a command's job arguments read (docs/jobs.md), in each command's --help
+JOB_REFS_HELP = (
+    "Job ids or names; an array's id names every task of the array, ID_TASK (144_2) one task, "
+    "as in Slurm."
+)
+ONE_JOB_HELP = (
+    "Job id, array task (ID_TASK: 144_2), or name (the newest job of that name); an array's "
+    "id is its first task here."
+)
 
 COMPLETION_TIMEOUT_S = 0.5  # a shell waits on this at each Tab: an engine that is slow is none
 

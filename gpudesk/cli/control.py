@@ -8,7 +8,13 @@ import sys
 
 import typer
 
-from gpudesk.cli.common import complete_job, engine_client, print_json, report_outcomes
+from gpudesk.cli.common import (
+    JOB_REFS_HELP,
+    complete_job,
+    engine_client,
+    print_json,
+    report_outcomes,
+)
 from gpudesk.cli.job_refs import act_on_known
 from gpudesk.cli.no_engine import acting_client
 
@@ -17,7 +23,7 @@ control_app = typer.Typer()
 
 @control_app.command()
 def suspend(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
+    jobs: list[str] = typer.Argument(..., help=JOB_REFS_HELP, autocompletion=complete_job),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Suspend running jobs: SIGSTOP to their processes, which keep their GPUs and GPU memory.
@@ -32,7 +38,7 @@ def suspend(
 
 @control_app.command()
 def resume(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
+    jobs: list[str] = typer.Argument(..., help=JOB_REFS_HELP, autocompletion=complete_job),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Resume suspended jobs: SIGCONT to their processes, where they left off.

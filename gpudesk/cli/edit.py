@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from gpudesk.cli import submit_extras
-from gpudesk.cli.common import complete_job, fail, print_json
+from gpudesk.cli.common import ONE_JOB_HELP, complete_job, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.cli.no_engine import acting_client
 from gpudesk.text import printable_line
@@ -43,7 +43,8 @@ _AFTER = typer.Option(
     metavar="JOB",
     autocompletion=complete_job,
     help="Start only once these jobs have succeeded (ids or names, comma-separated or "
-    "repeated): they replace the jobs it ran after.",
+    "repeated; an array's id: every task of it, 144_2: one task): they replace the jobs it "
+    "ran after.",
 )
 _NO_DEPS = typer.Option(
     False,
@@ -54,9 +55,7 @@ _NO_DEPS = typer.Option(
 
 @edit_app.command()
 def edit(
-    job: str = typer.Argument(
-        ..., help="Job id, or name (the newest job of that name).", autocompletion=complete_job
-    ),
+    job: str = typer.Argument(..., help=ONE_JOB_HELP, autocompletion=complete_job),
     command: str | None = _COMMAND,
     shell: bool | None = typer.Option(
         None, "--shell/--no-shell", help="Run the command with /bin/sh (or not)."
@@ -118,8 +117,9 @@ def edit(
         fail("nothing to change: give the options to change (gpudesk edit --help)", EXIT_USAGE)
     with acting_client([job]) as client:
         for key, refs in extras.after.items():
-            fields[key] = submit_extras.job_ids(client, refs, key)
-        result = _edited(client, job, fields, set_env, unset_env)
+            fields[key] = submit_extras.job_ids(client, refs, key, extras.first_tasks)
+        alone = extras.first_tasks.alone
+        result = _edited(client, job, fields, set_env, unset_env, alone)
     if json_out:
         print_json({"id": result.id, "name": result.name, "changes": result.changes})
     elif result.changes:
@@ -177,13 +177,21 @@ def _command_words(command: str, shell: bool | None) -> list[str]:
 
 
 def _edited(
-    client: Client, job: str, fields: dict[str, Any], set_env: dict[str, str], unset: list[str]
+    client: Client,
+    job: str,
+    fields: dict[str, Any],
+    set_env: dict[str, str],
+    unset: list[str],
+    first_tasks_alone: list[int],
 ) -> Any:
-    """The engine's edit; a field it refuses is reported as the option that gave it."""
+    """The engine's edit; a field it refuses is reported as the option that gave it.
+    `first_tasks_alone`: the dependencies' ids that name an array's first job alone."""
     from gpudesk.api.errors import EngineError
 
     try:
-        return client.edit_job(job, fields, set_env=set_env, unset_env=unset)
+        return client.edit_job(
+            job, fields, set_env=set_env, unset_env=unset, first_tasks_alone=first_tasks_alone
+        )
     except EngineError as exc:
         from gpudesk.cli.submit_job import as_option
 

@@ -39,7 +39,7 @@ def detail_lines(data: JobDetail, after: list[JobView], width: int) -> list[str]
         lines.insert(0, simulated_banner(data.simulated))
     if data.job.spec.after:
         lines.extend(_after_field(data.job, after, width))
-    lines.extend(job_extras_view.show_lines(data.job))
+    lines.extend(job_extras_view.show_lines(data.job, data.array))
     lines.extend(_run_lines(data, width))
     lines.extend(_attempt_lines(data.attempts, width))
     lines.extend(_usage_lines(data.usage, data.job, data.attempts))

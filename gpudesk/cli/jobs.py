@@ -13,6 +13,8 @@ import typer
 
 from gpudesk.cli import job_picks, submit_extras
 from gpudesk.cli.common import (
+    JOB_REFS_HELP,
+    ONE_JOB_HELP,
     complete_job,
     complete_signal,
     fail,
@@ -100,7 +102,8 @@ _AFTER = typer.Option(
     metavar="JOB",
     autocompletion=complete_job,
     help="Start only once these jobs have succeeded (ids or names, comma-separated or "
-    "repeated); if one fails or is cancelled, this job is cancelled.",
+    "repeated; an array's id: every task of it, 144_2: one task, as Slurm's afterok); if one "
+    "fails or is cancelled, this job is cancelled.",
 )
 _MLFLOW_URI = typer.Option(
     None,
@@ -291,9 +294,7 @@ def queue(
 
 @jobs_app.command()
 def show(
-    job: str = typer.Argument(
-        ..., help="Job id, or name (the newest job of that name).", autocompletion=complete_job
-    ),
+    job: str = typer.Argument(..., help=ONE_JOB_HELP, autocompletion=complete_job),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     env: bool = typer.Option(False, "--env", help="Include the job's full environment."),
     plot: str | None = typer.Option(
@@ -370,7 +371,7 @@ def _stdout_follower(client: Client, data: JobDetail, raw: bool) -> LogFollower:
 
 @jobs_app.command()
 def logs(
-    job: str = typer.Argument(..., help="Job id or name.", autocompletion=complete_job),
+    job: str = typer.Argument(..., help=ONE_JOB_HELP, autocompletion=complete_job),
     follow: bool = typer.Option(
         False,
         "--follow",
@@ -405,6 +406,7 @@ def logs(
 ) -> None:
     """Print a job's output."""
     from gpudesk import joblog
+    from gpudesk.cli import job_extras_view
     from gpudesk.untrusted import UntrustedFileError
 
     if json_out and follow:
@@ -423,6 +425,11 @@ def logs(
         if json_out:
             _print_log_json(client, data, attempts[-1] if attempts else None, lines)
             return
+        if data.array is not None:  # on stderr: stdout is the job's output, as it wrote it
+            said = job_extras_view.array_tasks_text(data.array)
+            print(
+                f"job {data.job.id} is task {data.job.spec.array_task} of {said}", file=sys.stderr
+            )
         if not follow and (not attempts or attempts[-1].state == "launch_failed"):
             print(_no_output(data, attempts[-1] if attempts else None), file=sys.stderr)
             return
@@ -454,7 +461,7 @@ def _no_output(data: JobDetail, attempt: AttemptView | None) -> str:
 
 # ------------------------------------------------------------------- job control
 CANCEL_STATES = ("queued", "held", "running", "suspended")
-PICKED_JOBS = "Job ids or names (or pick them with the options)."
+PICKED_JOBS = JOB_REFS_HELP[:-1] + " (or pick them with the options)."
 
 
 @jobs_app.command()
@@ -573,7 +580,7 @@ def _hold_or_release(op: str, jobs: list[str] | None, picks: Picks, json_out: bo
 
 @jobs_app.command()
 def priority(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
+    jobs: list[str] = typer.Argument(..., help=JOB_REFS_HELP, autocompletion=complete_job),
     value: int | None = typer.Option(
         None, "--set", help="The new priority, -1000..1000 (higher runs first)."
     ),
@@ -617,7 +624,7 @@ def priority(
 
 @jobs_app.command()
 def requeue(
-    jobs: list[str] = typer.Argument(..., help="Job ids or names.", autocompletion=complete_job),
+    jobs: list[str] = typer.Argument(..., help=JOB_REFS_HELP, autocompletion=complete_job),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Run finished jobs again (failed, cancelled or succeeded) as the same jobs.

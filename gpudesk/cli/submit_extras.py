@@ -50,9 +50,9 @@ ARRAY = typer.Option(
     metavar="INDEXES",
     help="Submit an array of jobs, one per index (0-9, 1,3,5, 0-20:4), each named NAME_INDEX "
     "and given GPUDESK_ARRAY_TASK_ID and GPUDESK_ARRAY_JOB_ID; %N after the indexes (0-9%2) "
-    "runs at most N of them at once, as sbatch --array does. Each task is a job of its own, "
-    "and the array's id is its first task's: unlike Slurm's, --after, wait and cancel given "
-    "that id mean that task alone (name every task's id, or pick them: cancel --name 'NAME_*').",
+    "runs at most N of them at once, as sbatch --array does. Each task is a job of its own; "
+    "the array's id (its first task's) names them all, as Slurm's does (cancel, hold, wait, "
+    "--after ...), and ID_TASK one task (144_0: the first).",
 )
 AFTER_ANY = typer.Option(
     [],
@@ -82,12 +82,28 @@ NOTIFY = typer.Option(
 
 
 @dataclass
+class FirstTasks:
+    """The dependencies' ids that name an array's first job alone (`--after 144_0`, or the
+    first task's name, `sw_0`), where the engine reads an id as the whole array (docs/jobs.md):
+    the request's `first_tasks_alone`. An id also given as digits names the array."""
+
+    named: set[int] = field(default_factory=set)
+    by_id: set[int] = field(default_factory=set)
+
+    @property
+    def alone(self) -> list[int]:
+        return sorted(self.named - self.by_id)
+
+
+@dataclass
 class Extras:
-    """What the job's fields alone do not say: its array, and the jobs its other dependencies
-    name (ids or names, made ids when the engine is asked)."""
+    """What the job's fields alone do not say: its array, the jobs its other dependencies
+    name (ids or names, made ids when the engine is asked), and which of them name an
+    array's first job alone."""
 
     array: ArrayRange | None = None
     after: dict[str, list[str]] = field(default_factory=dict)
+    first_tasks: FirstTasks = field(default_factory=FirstTasks)
 
 
 def apply(
@@ -146,28 +162,38 @@ def job_refs(values: list[str], option: str) -> list[str]:
     return refs
 
 
-def job_ids(client: Client, refs: list[str], key: str = "after") -> list[int]:
-    """Ids and names, made ids now: the job waits for those jobs, not later namesakes. A name
-    no job has is bad input, said as the option (`key`'s) that gave it; an id is checked by the
-    engine (`gpudesk.cli.submit_job.as_option` says its refusal as the option)."""
+def job_ids(
+    client: Client, refs: list[str], key: str = "after", first: FirstTasks | None = None
+) -> list[int]:
+    """Ids, array tasks (`144_2`) and names, made ids now: the job waits for those jobs, not
+    later namesakes. A name no job has is bad input, said as the option (`key`'s) that gave
+    it; an id is checked by the engine (`gpudesk.cli.submit_job.as_option` says its refusal as
+    the option), which reads an array's id as all its tasks: one that names an array's first
+    job alone (`144_0`, `sw_0`) is put in `first`."""
     from gpudesk.api.errors import EngineError
-    from gpudesk.core.field_checks import reads_as_job_id
+    from gpudesk.core.field_checks import array_task_ref, reads_as_job_id
 
     ids = []
     for ref in refs:
         if reads_as_job_id(ref):
             ids.append(int(ref))
+            if first is not None:
+                first.by_id.add(ids[-1])
             continue
         try:
-            ids.append(client.show(ref).job.id)
+            job = client.show(ref).job
         except EngineError as exc:
             if exc.code != "unknown_job":
                 raise
+            what = ref if array_task_ref(ref) else f"named {quoted(ref)}"  # 144_9: no such task
             fail(
-                f"{_option(key)}: there is no job named {quoted(ref)} to run after (gpudesk queue "
-                "--all lists the jobs)",
+                f"{_option(key)}: there is no job {what} to run after (gpudesk queue --all lists "
+                "the jobs)",
                 EXIT_USAGE,
             )
+        ids.append(job.id)
+        if job.array_head and first is not None:
+            first.named.add(job.id)
     return ids
 
 
@@ -183,7 +209,7 @@ def specs_of(raw: dict[str, Any], extras: Extras, client: Client) -> list[JobSpe
 
     fields = dict(raw)
     for key, refs in extras.after.items():
-        fields[key] = job_ids(client, refs, key)
+        fields[key] = job_ids(client, refs, key, extras.first_tasks)
     array = extras.array
     tasks = array.tasks if array is not None else (None,)
     specs = []
@@ -202,7 +228,9 @@ def specs_of(raw: dict[str, Any], extras: Extras, client: Client) -> list[JobSpe
 
 
 def array_line(ids: list[int], array: ArrayRange) -> str:
-    """`submitted array job 12 (tasks 0-9%2: jobs 12-21, at most 2 at once)`."""
+    """`submitted array job 12 (tasks 0-9%2: jobs 12-21, at most 2 at once); 12 names them
+    all, 12_0 task 0` (as Slurm reads an array's id and JOBID_TASK)."""
     jobs = f"jobs {ids[0]}-{ids[-1]}" if consecutive(ids) else "jobs"
     throttle = f", at most {array.limit} at once" if array.limit is not None else ""
-    return f"array job {ids[0]} (tasks {array.text}: {jobs}{throttle})"
+    named = f"{ids[0]} names them all, {ids[0]}_{array.tasks[0]} task {array.tasks[0]}"
+    return f"array job {ids[0]} (tasks {array.text}: {jobs}{throttle}); {named}"

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudesk.cli.common import consecutive, engine_client, fail, print_json
+from gpudesk.cli.common import engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from gpudesk.text import quoted
 
@@ -68,16 +68,17 @@ def job_fields(
 
 def _program_name(program: str) -> str:
     """The job's name where --name gives none: its program's file name, unless that is all
-    digits (a job reference of digits is read as an id: the job could not be named by it)."""
-    from gpudesk.core.field_checks import check_name, reads_as_job_id
+    digits or reads as an array's task (`12_3`): a job reference of digits is read as an id,
+    so the job could not be named by it."""
+    from gpudesk.core.field_checks import check_name, reads_as_job_number
     from gpudesk.text import safe_text
 
     # a program whose file name is not UTF-8 runs as it is; its name only shows it
     name = safe_text(Path(program).name)
-    if reads_as_job_id(name.strip()):
+    if reads_as_job_number(name.strip()):
         fail(
             f"the job would be named after its program, {quoted(name)}, but a job's name cannot be "
-            "all digits (digits are read as a job id): give it one with --name",
+            "all digits, nor read as an array's task (12_3): give it one with --name",
             EXIT_USAGE,
         )
     try:
@@ -238,7 +239,7 @@ def submit_and_report(
     extras = extras or Extras()
     with engine_client() as client:
         if refs:  # names become ids here: the job waits for those jobs, not later namesakes
-            raw = {**raw, "after": job_ids(client, refs)}
+            raw = {**raw, "after": job_ids(client, refs, first=extras.first_tasks)}
         specs = specs_of(raw, extras, client)
         spec = specs[0]
         # what the engine would refuse of these options (--on slurm --array): said as them
@@ -246,7 +247,8 @@ def submit_and_report(
         if problem:
             fail(problem, EXIT_USAGE)
         try:
-            submitted = client.submit_jobs(specs, hold=hold)
+            alone = extras.first_tasks.alone
+            submitted = client.submit_jobs(specs, hold=hold, first_tasks_alone=alone)
         except EngineError as exc:
             said = as_option(exc)  # --after 999: no such job; --priority 5 by a member
             if said:
@@ -289,9 +291,7 @@ def submit_and_report(
         what = array_line(submitted.ids, extras.array) if extras.array else f"job {job_id}"
         print(f"submitted {what} ({spec.name}){where}")
         if hold:
-            print(
-                f"held: {_release_hint(submitted.ids) if extras.array else _release_hint([job_id])}"
-            )
+            print(f"held: {_release_hint(submitted.ids if extras.array else [job_id])}")
         # queued, but no GPU will drain for it: say so now, not at the next `queue`
         for line in change_lines(submitted.waits_for_change):
             print(f"note: {line}", file=sys.stderr)
@@ -320,9 +320,6 @@ def check_workdir_usable(cwd: Path) -> None:
 
 
 def _release_hint(ids: list[int]) -> str:
-    """How to let held jobs start: `gpudesk release` names jobs one by one (an array's too)."""
-    if len(ids) == 1:
-        return f"`gpudesk release {ids[0]}` lets it start"
-    if consecutive(ids):
-        return f"`gpudesk release $(seq {ids[0]} {ids[-1]})` lets them start"
-    return "`gpudesk release` each of its jobs to let it start"
+    """How to let held jobs start: release the job, or the array by its id (its first job's),
+    which names every task of it (docs/jobs.md)."""
+    return f"`gpudesk release {ids[0]}` lets {'it' if len(ids) == 1 else 'them'} start"

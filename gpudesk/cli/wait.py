@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from gpudesk.cli.common import complete_job, fail
+from gpudesk.cli.common import JOB_REFS_HELP, complete_job, fail
 from gpudesk.cli.exit_codes import EXIT_TIMED_OUT, EXIT_USAGE
 from gpudesk.cli.no_engine import engine_kept_waiting, reading_client
 from gpudesk.text import quoted
@@ -24,7 +24,7 @@ wait_app = typer.Typer()
 @wait_app.command()
 def wait(
     jobs: list[str] = typer.Argument(
-        None, help="Job ids or names (or --group RUN).", autocompletion=complete_job
+        None, help=JOB_REFS_HELP[:-1] + " (or --group RUN).", autocompletion=complete_job
     ),
     group: str | None = typer.Option(
         None,

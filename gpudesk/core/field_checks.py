@@ -1,9 +1,11 @@
 """The checks a name or any field's error message needs first, shared by the job model
 (core.jobs) and the specs it holds (core.tracking_spec): `describe` a value as found,
-`check_name`, and a job's name (`check_job_name`: not one a job reference reads as an id)."""
+`check_name`, and a job's name (`check_job_name`: not one a job reference reads as an id or
+as an array's task), with how a job reference reads (`reads_as_job_id`, `array_task_ref`)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gpudesk.text import one_line_refusal
@@ -53,14 +55,54 @@ def reads_as_job_id(ref: str) -> bool:
     return ref.isascii() and ref.isdigit()
 
 
+# Slurm's JOBID_TASK (`144_2`: task 2 of array job 144), and its task ranges (`144_[0-2]`)
+_ARRAY_TASK = re.compile(r"([0-9]+)_([0-9]+)", re.ASCII)
+_TASK_RANGE = re.compile(r"[0-9]+_\[", re.ASCII)
+_MOST_DIGITS = 18  # within SQLite's integers (and int()'s 4300-digit limit)
+
+
+def array_task_ref(ref: str) -> tuple[int, int] | None:
+    """A job reference that names one task of an array as Slurm does (`144_2`: the job of
+    array 144 whose task index is 2) as (array id, task index); None for any other reference
+    (`sw_0`, a task's name, is a name; so is one whose numbers are too long for an id)."""
+    match = _ARRAY_TASK.fullmatch(ref)
+    if match is None or max(len(digits) for digits in match.groups()) > _MOST_DIGITS:
+        return None
+    return int(match[1]), int(match[2])
+
+
+def task_range_refusal(ref: str) -> str | None:
+    """Why `ref` is refused as a job reference: Slurm's range of an array's tasks
+    (`144_[0-2]`), which gpudesk does not take; None for any other reference."""
+    if _TASK_RANGE.match(ref) is None:
+        return None
+    array = ref.split("_", 1)[0]
+    return (
+        f"{ref}: a range of an array's tasks is not taken; name the array ({array}: all its "
+        f"tasks) or each task ({array}_0 {array}_1 ...)"
+    )
+
+
+def reads_as_job_number(ref: str) -> bool:
+    """Does a job reference name a job by number: its id (`144`) or its array task (`144_2`,
+    or a range of them)? Such a reference is never read as a name."""
+    return reads_as_job_id(ref) or bool(_TASK_RANGE.match(ref)) or array_task_ref(ref) is not None
+
+
 def check_job_name(value: Any) -> str:
-    """A job's name: a name (`check_name`) that a job reference would not read as an id, or
-    the job could never be named by it."""
+    """A job's name: a name (`check_name`) that a job reference would not read as an id or an
+    array's task, or the job could never be named by it."""
     name = check_name(value)
     if reads_as_job_id(name):
         raise ValueError(
             f"a job's name cannot be all digits (found {name!r}): a job is named by its id "
             "or its name, and digits are read as an id, so the job could not be named by it; "
             "put a letter in it"
+        )
+    if reads_as_job_number(name):
+        raise ValueError(
+            f"a job's name cannot read as an array's task (found {name!r}): 144_2 names task 2 "
+            "of array job 144, as in Slurm, so the job could not be named by it; put a letter "
+            "before its first _"
         )
     return name

@@ -15,9 +15,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpudesk.core.jobs import (
+    DEPENDENCY_FIELDS,
     JobSpec,
     JobState,
     SpecError,
+    TasksOf,
     check_env,
     describe,
     gpu_hints_without_gpus,
@@ -44,9 +46,8 @@ EDITABLE_FIELDS = (
     "after_any",  # scontrol update Dependency=afterany: (gpudesk edit --after-any)
     "after_notok",  # Dependency=afternotok: (gpudesk edit --after-notok)
 )
-# Every kind of dependency: an edit that changes one is checked as `after` is (its jobs exist,
-# no cycle through any kind).
-DEPENDENCY_FIELDS = ("after", "after_any", "after_notok")
+# Every kind of dependency (core/jobs.py's DEPENDENCY_FIELDS): an edit that changes one is
+# checked as `after` is (its jobs exist, no cycle through any kind).
 # What the job runs and where: changed by anyone but its owner (or root, who may become her
 # anyway), it would be another's code run as her. An admin may change how it is scheduled.
 RUNS_AS_OWNER_FIELDS = ("command", "shell", "workdir")
@@ -116,14 +117,17 @@ def job_edit(
     fields: Mapping[str, Any],
     set_env: Mapping[str, str],
     unset_env: Sequence[str],
+    tasks_of: TasksOf = lambda _job_id: {},
 ) -> JobEdit:
     """The edit of a job of `spec`, submitted from `base_env`: its new spec (`edited_spec`),
-    and `unset_env` taken off the submitted environment too. Raises SpecError ("unset_env" for
-    a variable the job does not have)."""
+    and `unset_env` taken off the submitted environment too; an array's id among the
+    dependencies it gives names the array's tasks too (`tasks_of`: JobSpec.with_array_tasks).
+    Raises SpecError ("unset_env" for a variable the job does not have)."""
     unknown = [name for name in unset_env if name not in spec.env and name not in base_env]
     if unknown:
         raise SpecError("unset_env", f"the job has no variable {safe_text(unknown[0])!r} to unset")
-    new = edited_spec(spec, fields, set_env, unset_env)
+    given = [key for key in DEPENDENCY_FIELDS if key in fields]
+    new = edited_spec(spec, fields, set_env, unset_env).with_array_tasks(tasks_of, given)
     # as submit refuses them: hints this edit gives a job left with no GPU (`--gpus 0` alone
     # moves a hinted job to the CPU)
     given = [key for key, value in fields.items() if value is not None]
@@ -203,11 +207,15 @@ def edited_spec(
     env = {k: v for k, v in spec.env.items() if k not in unset_env}
     env.update(added)
     edited = {**spec.to_dict(), **fields, "env": env}
+    # The dependencies the edit leaves are kept as they are: an array's id named its tasks
+    # too, which may be more than a client may name (MAX_AFTER).
+    kept = {key: getattr(spec, key) for key in DEPENDENCY_FIELDS if key not in fields}
+    edited.update(dict.fromkeys(kept, ()))
     if "name" in fields:
-        return JobSpec.from_dict(edited)
+        return replace(JobSpec.from_dict(edited), **kept)
     # A name the edit leaves is kept as it is: one stored before a rule refused it (all
     # digits: check_job_name) does not stop the job's other fields from being edited.
-    return replace(JobSpec.from_dict({**edited, "name": "job"}), name=spec.name)
+    return replace(JobSpec.from_dict({**edited, "name": "job"}), name=spec.name, **kept)
 
 
 def changes(old: JobSpec, new: JobSpec) -> list[str]:

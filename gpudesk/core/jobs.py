@@ -15,7 +15,11 @@ from typing import Any, cast
 
 from gpudesk.core.cluster import ClusterSpec, check_cluster
 from gpudesk.core.field_checks import check_job_name, check_name, describe
-from gpudesk.core.submit_options import SUBMIT_OPTION_CHECKS, SUBMIT_OPTION_FIELDS
+from gpudesk.core.submit_options import (
+    MAX_ARRAY_TASKS,
+    SUBMIT_OPTION_CHECKS,
+    SUBMIT_OPTION_FIELDS,
+)
 from gpudesk.core.tracking_spec import TrackingSpec, check_tracking
 from gpudesk.paths import file_kind
 from gpudesk.text import is_os_text, safe_text
@@ -30,7 +34,11 @@ MAX_GPUS = 64
 # any GPU: the largest hold 192 GB), not a fact placement uses.
 MAX_MEMORY_GB = 16384.0
 MAX_ATTEMPTS = 100
-MAX_AFTER = 100  # dependencies of one job
+MAX_AFTER = 100  # dependencies of one job, as given (an array's id then names its tasks too)
+# Every kind of dependency a job has: Slurm's afterok (`after`), afterany and afternotok
+DEPENDENCY_FIELDS = ("after", "after_any", "after_notok")
+# An array's tasks by its id: task index -> job id (the engine's store/jobs.py array_tasks)
+TasksOf = Callable[[int], Mapping[int, int]]
 MAX_TIME_LIMIT_S = 366 * 86400.0
 # What a cancel gives a job between SIGTERM and SIGKILL unless told otherwise, and what a job
 # gets when its time limit passes (Slurm's KillWait does the same, 30 s by default there).
@@ -393,6 +401,31 @@ class JobSpec:
             after_notok=resolved(self.after_notok),
             array_job=ids[-array_job - 1] if array_job is not None and array_job < 0 else array_job,
         )
+
+    def with_array_tasks(
+        self, tasks_of: TasksOf, keys: Iterable[str] = DEPENDENCY_FIELDS
+    ) -> JobSpec:
+        """This spec with each array's id among its dependencies (of `keys`) followed by its
+        tasks' ids (`tasks_of`: an id -> its array's task index -> job id, empty for a job of
+        no array): `--after 144` waits for every task of array 144, as Slurm's `afterok:144`
+        does. An array's tasks all exist once its submit returned (sent in parts too:
+        gpudesk.api.submit_parts), so they are named here, once. SpecError for more than
+        MAX_ARRAY_TASKS jobs so named."""
+        changed: dict[str, Any] = {}
+        for key in keys:
+            refs = getattr(self, key)
+            # -k, a job of the same request, is that job alone (it has no tasks stored yet)
+            tasks = {ref: tasks_of(ref).values() if ref > 0 else () for ref in refs}
+            ids = dict.fromkeys(i for ref in refs for i in (ref, *tasks[ref]))
+            if len(ids) > MAX_ARRAY_TASKS:
+                raise SpecError(
+                    key,
+                    f"the arrays named come to {len(ids):,} jobs with their tasks; a job runs "
+                    f"after at most {MAX_ARRAY_TASKS:,}",
+                )
+            if len(ids) > len(refs):
+                changed[key] = tuple(ids)
+        return replace(self, **changed) if changed else self
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready for the request and the store's row (msgspec: the tracking and cluster

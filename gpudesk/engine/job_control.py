@@ -64,8 +64,13 @@ class JobControl:
         self.store = store
         self.backends = backends
 
-    def find(self, ref: int | str) -> JobRecord:
-        """A job by id (int or digits) or by name (the newest job of that name)."""
+    def find(self, ref: int | str | tuple[int, int]) -> JobRecord:
+        """A job by id (int or digits), array task (`144_2` as (144, 2)) or name (the newest)."""
+        if isinstance(ref, tuple):
+            job_id = self.store.array_tasks([ref[0]]).get(ref[0], {}).get(ref[1])
+            if job_id is None:
+                raise UnknownJob(f"no job {ref[0]}_{ref[1]} (task {ref[1]} of array {ref[0]})")
+            return self.store.job(job_id)
         if isinstance(ref, int) or reads_as_job_id(ref):  # "12", not "²"
             return self.store.job(int(ref))
         jobs = self.store.jobs_named(ref)

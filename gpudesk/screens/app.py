@@ -292,7 +292,7 @@ class DeskApp(App[str]):
         what = f"stop the {job.state}" if job.placed else "cancel the queued"
         self.confirm(
             f"Really {what} job {job.id} ({job.name})?",
-            lambda: self.act("cancel", lambda feed: feed.cancel([job.id])),
+            lambda: self.act("cancel", lambda feed: feed.cancel([job.own_ref])),
             yes="Cancel job",
         )
 
@@ -318,9 +318,10 @@ class DeskApp(App[str]):
         if self.readonly and action in MUTATING:
             self.notify("read-only desk: actions are off", severity="warning")
             return
-        job_id = job.id
+        # the row's job alone: an array's first job's id names every task of the array
+        job_id = job.own_ref
         if action == "open_job":
-            self.open_job(job_id)
+            self.open_job(job.id)
         elif action == "cancel_job":
             self.confirm_cancel(job)
         elif action == "hold_job":

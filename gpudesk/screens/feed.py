@@ -40,7 +40,7 @@ from gpudesk.api import (
     TelemetryResult,
     WireModel,
 )
-from gpudesk.api.client import decode, one_view_per_job
+from gpudesk.api.client import JobRef, decode, one_view_per_job
 from gpudesk.api.errors import EVENTS_MISSED
 from gpudesk.api.models import DrainResult
 from gpudesk.paths import Home
@@ -97,23 +97,23 @@ class Feed(Protocol):
 
     def log_tail(self, job_id: int, path: str | None, lines: int) -> list[str]: ...
 
-    def cancel(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
+    def cancel(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]: ...
 
-    def hold(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
+    def hold(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]: ...
 
-    def release(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
+    def release(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]: ...
 
-    def requeue(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
+    def requeue(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]: ...
 
-    def suspend(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
+    def suspend(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]: ...
 
-    def resume(self, job_ids: Sequence[int]) -> list[ActionOutcome]: ...
+    def resume(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]: ...
 
     def drain(self, reason: str | None) -> DrainResult: ...
 
     def undrain(self) -> DrainResult: ...
 
-    def move_priority(self, job_ids: Sequence[int], delta: int) -> list[ActionOutcome]:
+    def move_priority(self, job_ids: Sequence[JobRef], delta: int) -> list[ActionOutcome]:
         """Raise (+1) or lower (-1) the jobs' priority."""
 
     def edit(self, job_id: int, fields: Mapping[str, Any]) -> list[ActionOutcome]:
@@ -398,22 +398,22 @@ class EngineFeed:
         text = data.decode("utf-8", "backslashreplace")  # \xff, as `gpudesk logs` spells it
         return [printable(line) for line in text.splitlines()[-lines:]]
 
-    def cancel(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+    def cancel(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]:
         return self._act(lambda client: client.cancel(job_ids))
 
-    def hold(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+    def hold(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]:
         return self._act(lambda client: client.hold(job_ids))
 
-    def release(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+    def release(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]:
         return self._act(lambda client: client.release(job_ids))
 
-    def requeue(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+    def requeue(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]:
         return self._act(lambda client: client.requeue(job_ids))
 
-    def suspend(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+    def suspend(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]:
         return self._act(lambda client: client.suspend(job_ids))
 
-    def resume(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+    def resume(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]:
         return self._act(lambda client: client.resume(job_ids))
 
     def drain(self, reason: str | None) -> DrainResult:
@@ -422,7 +422,7 @@ class EngineFeed:
     def undrain(self) -> DrainResult:
         return self._act(lambda client: client.undrain())
 
-    def move_priority(self, job_ids: Sequence[int], delta: int) -> list[ActionOutcome]:
+    def move_priority(self, job_ids: Sequence[JobRef], delta: int) -> list[ActionOutcome]:
         return self._act(lambda client: client.set_priority(job_ids, delta=delta))
 
     def edit(self, job_id: int, fields: Mapping[str, Any]) -> list[ActionOutcome]:
@@ -555,22 +555,22 @@ class ReplayFeed:
     def job_counts(self, *, busy_s: float, answer_s: float) -> dict[str, int]:
         raise self._not_recorded("the engine's job counts now")
 
-    def cancel(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+    def cancel(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]:
         raise self._not_recorded("cancel")
 
-    def hold(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+    def hold(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]:
         raise self._not_recorded("hold")
 
-    def release(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+    def release(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]:
         raise self._not_recorded("release")
 
-    def requeue(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+    def requeue(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]:
         raise self._not_recorded("requeue")
 
-    def suspend(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+    def suspend(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]:
         raise self._not_recorded("suspend")
 
-    def resume(self, job_ids: Sequence[int]) -> list[ActionOutcome]:
+    def resume(self, job_ids: Sequence[JobRef]) -> list[ActionOutcome]:
         raise self._not_recorded("resume")
 
     def drain(self, reason: str | None) -> DrainResult:
@@ -579,7 +579,7 @@ class ReplayFeed:
     def undrain(self) -> DrainResult:
         raise self._not_recorded("undrain")
 
-    def move_priority(self, job_ids: Sequence[int], delta: int) -> list[ActionOutcome]:
+    def move_priority(self, job_ids: Sequence[JobRef], delta: int) -> list[ActionOutcome]:
         raise self._not_recorded("priority")
 
     def edit(self, job_id: int, fields: Mapping[str, Any]) -> list[ActionOutcome]:

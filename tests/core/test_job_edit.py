@@ -120,3 +120,14 @@ def test_a_started_job_is_refused_whoever_asks_a_tracked_one_left_to_the_engine(
     )
     ended = dataclasses.replace(queued, state=JobState.FAILED)
     assert "job 3 (train) is already failed:" in (edit_refusal(ended) or "")
+
+
+def test_an_edit_keeps_the_tasks_an_arrays_id_named_and_names_them_for_a_new_one() -> None:
+    """An array's id made a dependency on its 200 tasks (more than a client may name): an edit
+    of another field keeps them; one that names an array's id is given its tasks."""
+    tasks = {1: {task: 1 + task for task in range(200)}, 500: {0: 500, 1: 501}}
+    waiting = dataclasses.replace(SPEC, after=tuple(range(1, 201)))
+    kept = job_edit(waiting, {}, {"gpus": 1}, {}, [], lambda i: tasks.get(i, {})).spec
+    assert kept.after == waiting.after and kept.gpus == 1
+    named = job_edit(waiting, {}, {"after_any": [500]}, {}, [], lambda i: tasks.get(i, {}))
+    assert named.spec.after_any == (500, 501) and named.spec.after == waiting.after

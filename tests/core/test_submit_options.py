@@ -135,3 +135,36 @@ def test_the_spec_checks_each_new_field_by_its_name() -> None:
             JobSpec.from_dict({**base, key: 2 if key == "array_limit" else -1})
         assert caught.value.key == key
     assert os.environ.get("TZ") != "Europe/Paris"
+
+
+def test_a_ref_of_digits_underscore_digits_is_an_arrays_task_and_never_a_name() -> None:
+    """Slurm's JOBID_TASK (docs/jobs.md): `144_2` is task 2 of array 144; a task's name
+    (`sw_0`) stays a name; a job may not be named so that a reference would read it as a
+    task, as it may not be named all digits; a range of tasks is refused, saying why."""
+    from gpudesk.core.field_checks import array_task_ref, check_job_name, task_range_refusal
+
+    assert array_task_ref("144_2") == (144, 2)
+    assert [array_task_ref(ref) for ref in ("sw_0", "144", "144_", "_2", "1_2_3", "١_٢")] == [
+        None
+    ] * 6
+    assert array_task_ref("1" * 19 + "_2") is None  # past any id: a name that names no job
+    assert task_range_refusal("sw_0") is None and task_range_refusal("144_2") is None
+    assert "144_[0-2]: a range of an array's tasks is not taken" in str(
+        task_range_refusal("144_[0-2]")
+    )
+    assert check_job_name("sw_0") == "sw_0"
+    for name in ("144_2", "144_[0-2]"):
+        with pytest.raises(ValueError, match="cannot read as an array's task"):
+            check_job_name(name)
+
+
+def test_an_arrays_id_among_the_dependencies_names_its_tasks_too() -> None:
+    arrays = {144: {0: 144, 1: 145, 2: 146}}
+    spec = JobSpec(name="total", command=("true",), after=(7, 144), after_any=(145,))
+    tasks_of = lambda job_id: arrays.get(job_id, {})  # noqa: E731
+    expanded = spec.with_array_tasks(tasks_of)
+    assert (expanded.after, expanded.after_any) == ((7, 144, 145, 146), (145,))
+    assert spec.with_array_tasks(tasks_of, ["after_any"]) is spec  # only the fields named
+    many = {1: {task: 1 + task for task in range(10_001)}}
+    with pytest.raises(SpecError, match="come to 10,001 jobs with their tasks"):
+        JobSpec(name="x", command=("true",), after=(1,)).with_array_tasks(lambda i: many[i])

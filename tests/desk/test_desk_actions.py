@@ -385,6 +385,28 @@ def test_hold_release_and_priority(desk_engine: EngineHandle) -> None:
     run_desk(desk_engine, scenario)
 
 
+def test_a_key_on_an_arrays_first_job_acts_on_that_row_alone(desk_engine: EngineHandle) -> None:
+    """Its id names the whole array (docs/jobs.md): the desk names its row's job by `ID_TASK`."""
+    desk_engine.client.request(
+        "configure", station={"backend": "sim:dgx-station-a100", "slots": 1, "sample_interval": 0.2}
+    )
+    blocker, head, task = desk_engine.submit(
+        {"name": "blocker", "command": SLEEP},
+        {"name": "sw_0", "command": SLEEP, "array_task": 0},
+        {"name": "sw_1", "command": SLEEP, "array_task": 1, "array_job": -2},
+    )
+    desk_engine.wait_state(blocker, "running")
+    assert engine_job(desk_engine, task).spec.array_job == head
+
+    async def scenario(app: DeskApp, pilot: Any) -> None:
+        await select_job(app, pilot, head)
+        await pilot.press("h")
+        await until(pilot, lambda: engine_job(desk_engine, head).held, what="held")
+        assert not engine_job(desk_engine, task).held
+
+    run_desk(desk_engine, scenario)
+
+
 def test_requeue_a_failed_job(desk_engine: EngineHandle) -> None:
     (job_id,) = desk_engine.submit(
         {"name": "flaky", "command": [sys.executable, "-c", "raise SystemExit(3)"]}

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, TypeAlias
 
 from gpudesk.core.wire.base import JobStateName, PlacementMode, WireModel
@@ -188,6 +189,18 @@ class JobView(WireModel, frozen=True):
         return self.state in ("succeeded", "failed", "cancelled")
 
     @property
+    def array_head(self) -> bool:
+        """Is it an array's first job, whose id names every task of the array (as Slurm reads
+        an array's id: docs/jobs.md)?"""
+        return self.spec.array_task is not None and self.spec.array_job is None
+
+    @property
+    def own_ref(self) -> int | str:
+        """The reference that names this job alone: its id, but an array's first job's id
+        names the whole array, so `ID_TASK` (Slurm's `144_0`) for that one."""
+        return f"{self.id}_{self.spec.array_task}" if self.array_head else self.id
+
+    @property
     def placed(self) -> bool:
         """Running or suspended: its attempt lives and holds where it runs (`slot`, `gpus`)."""
         return self.state in ("running", "suspended")
@@ -354,6 +367,19 @@ class RemainingView(WireModel, frozen=True):
     elapsed_s: float | None = None  # how long its attempt has run
 
 
+class ArrayTasksView(WireModel, frozen=True):
+    """The tasks of the array whose first job `show` shows (its id names them all, `ID_TASK`
+    one): each one's task index and job id, in task order."""
+
+    tasks: list[int]
+    jobs: list[int]
+
+    @classmethod
+    def of(cls, tasks: Mapping[int, int] | None) -> ArrayTasksView | None:
+        """From the store's task index -> job id (None: not an array's first job)."""
+        return cls(tasks=list(tasks), jobs=list(tasks.values())) if tasks else None
+
+
 class JobDetail(WireModel, frozen=True):
     """`show`: a job, its attempts and events, why it waits, what it used, and while it runs
     how long it has left."""
@@ -370,6 +396,7 @@ class JobDetail(WireModel, frozen=True):
     simulated: str | None = None  # the station's backend (sim:MODEL) when its GPUs are simulated
     # `events` are the job's latest (protocol.SHOWN_EVENTS); how many came before them
     earlier_events: int = 0
+    array: ArrayTasksView | None = None  # an array's first job: every task of its array
 
 
 class LogChunk(WireModel, frozen=True):

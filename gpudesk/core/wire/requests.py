@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from gpudesk.core.jobs import DEFAULT_CANCEL_GRACE_S, PRIORITY_RANGE
+from gpudesk.core.jobs import DEFAULT_CANCEL_GRACE_S, MAX_AFTER, PRIORITY_RANGE
 from gpudesk.core.protocol import MAX_LISTING_IDS, MAX_ROW_ID
 from gpudesk.core.wire.base import JobStateName
 from gpudesk.text import safe_text
@@ -50,6 +50,12 @@ JobRefs = Annotated[
     ),
 ]
 JobId = Annotated[int, msgspec.Meta(ge=-MAX_ROW_ID, le=MAX_ROW_ID)]
+# Ids among a request's jobs' dependencies that name an array's first job alone, where an id
+# names every task of its array (Slurm's afterok:144): the client read `144_0`, or the first
+# task's name, so (docs/jobs.md)
+FirstTasksAlone = Annotated[
+    list[JobId], msgspec.Meta(max_length=MAX_AFTER, extra=_why(f"at most {MAX_AFTER} job ids"))
+]
 Cursor = Annotated[int, msgspec.Meta(ge=0, le=MAX_ROW_ID, extra=_why("must be a job id"))]
 GpuIndex = Annotated[int, msgspec.Meta(ge=0, extra=_why("must be a GPU index (0, 1, ...)"))]
 Uid = Annotated[int, msgspec.Meta(ge=0, lt=2**32)]
@@ -103,6 +109,7 @@ class SubmitArgs(OpArgs, frozen=True):
     env: dict[str, str] | None = None
     hold: bool = False
     in_parts: InParts | None = None
+    first_tasks_alone: FirstTasksAlone = msgspec.field(default_factory=list)
 
     def in_parts_problem(self) -> str | None:
         """Why `in_parts` means nothing here (the engine refuses it, not take it silently):
@@ -241,6 +248,7 @@ class EditArgs(OpArgs, frozen=True):
         list[NotBlank],
         msgspec.Meta(max_length=4096, extra=_why("must be a list of variable names")),
     ] = msgspec.field(default_factory=list)
+    first_tasks_alone: FirstTasksAlone = msgspec.field(default_factory=list)  # in `fields`
 
 
 class TelemetryArgs(OpArgs, frozen=True):

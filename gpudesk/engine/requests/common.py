@@ -6,15 +6,17 @@ their type (`gpudesk.core.wire.requests`) before its handler is called.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
 from gpudesk.core import protocol
-from gpudesk.core.field_checks import reads_as_job_id
+from gpudesk.core.field_checks import array_task_ref, reads_as_job_id, task_range_refusal
 from gpudesk.core.identity import Caller, user_id
+from gpudesk.core.jobs import TasksOf
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import UsageSummary
@@ -106,6 +108,12 @@ class Requests:
         usage = self.parts.telemetry.job_usage(job_ids, self.parts.attempts.attempt_numbers())
         return msgspec.convert(usage, dict[int, UsageSummary])
 
+    def _tasks_of(self, alone: Collection[int]) -> TasksOf:
+        """An array's tasks by its id (JobSpec.with_array_tasks), each read once a request;
+        none for an id the client named its first task alone by (`first_tasks_alone`)."""
+        tasks = self.parts.store.array_tasks
+        return functools.cache(lambda i: {} if i in alone else tasks([i]).get(i, {}))
+
     def _find(self, ref: JobRef, field: str) -> JobRecord:
         """A job by id (int or digits) or by name (the newest job of that name); `field` names
         the argument in the error for a ref that is neither."""
@@ -115,28 +123,37 @@ class Requests:
         """The ids of the jobs `refs` name (`_find`'s way: one that names no job raises), each
         once, in the order first named. The ids named are looked up at once (in the queue, the
         others in one query of ids alone, 1,000 of them in about a millisecond); the jobs are
-        read later, a slice at a time (engine/requests/job_actions.py)."""
+        read later, a slice at a time (engine/requests/job_actions.py). An array's id names all
+        its tasks, as Slurm's `scancel 144` does (`144_0`: its first alone)."""
         digits = (int(r) for r in refs if isinstance(r, str) and reads_as_job_id(r) and len(r) < 20)
         named = {*digits, *(r for r in refs if isinstance(r, int))}
         ids = [i for i in named if -MAX_ROW_ID <= i <= MAX_ROW_ID]
         known = {i for i in ids if i in self.parts.queue}
         known |= self.parts.store.existing_ids([i for i in ids if i not in known])
         found: dict[int, None] = {}
+        by_id: set[int] = set()
         for index, ref in enumerate(refs):
             checked = _checked_ref(ref, f"{field}[{index}]")
-            if not (isinstance(checked, int) and checked in known):
+            if isinstance(checked, int) and checked in known:
+                by_id.add(checked)
+            else:
                 checked = self.parts.control.find(checked).id
             found.setdefault(checked)
-        return list(found)
+        arrays = self.parts.store.array_tasks(sorted(by_id))
+        return list(dict.fromkeys(j for i in found for j in (i, *arrays.get(i, {}).values())))
 
 
-def _checked_ref(ref: JobRef, field: str) -> int | str:
-    """`ref` as a job id or a job name, or ProtocolError naming `field` for one that is
-    neither: empty, an id out of range, a name that is not UTF-8 text."""
+def _checked_ref(ref: JobRef, field: str) -> int | str | tuple[int, int]:
+    """`ref` as a job id, array task (`144_2`: (144, 2)) or name, or ProtocolError naming
+    `field` for one that is none: empty, an id out of range, a task range, not UTF-8 text."""
     if ref == "":
         raise ProtocolError(
             protocol.INVALID_ARGS, f"'{field}': a job is named by its id or its name"
         )
+    if isinstance(ref, str) and (refusal := task_range_refusal(ref)):
+        raise ProtocolError(protocol.INVALID_ARGS, f"'{field}': {refusal}")
+    if isinstance(ref, str) and (task := array_task_ref(ref)):
+        return task  # `144_2`: one task of an array, looked up as it is (`0_2`: no job)
     if isinstance(ref, str) and reads_as_job_id(ref):  # "12", not "²"
         ref = int(ref) if len(ref) <= 19 else MAX_ROW_ID + 1  # int() stops at 4300 digits
     if isinstance(ref, int) and not -MAX_ROW_ID <= ref <= MAX_ROW_ID:

@@ -39,11 +39,10 @@ class EditRequests(Requests):
             raise ProtocolError(protocol.REFUSED, refusal)
         if job.spec.tracking is not None and self.parts.tracking.run_made(job):
             raise ProtocolError(protocol.REFUSED, tracked_refusal(job))
-        store = self.parts.store
+        store, tasks_of = self.parts.store, self._tasks_of(args.first_tasks_alone)
+        env, fields = store.base_env(job.id), args.fields
         try:
-            edit = job_edit(
-                job.spec, store.base_env(job.id), args.fields, args.set_env, args.unset_env
-            )
+            edit = job_edit(job.spec, env, fields, args.set_env, args.unset_env, tasks_of)
         except SpecError as exc:
             where = {"env": "set_env", "unset_env": "unset_env"}.get(exc.key, f"fields.{exc.key}")
             raise ProtocolError(protocol.INVALID_ARGS, f"{where}: {exc.message}") from None

@@ -19,7 +19,7 @@ from gpudesk.core.jobs import JobState
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.core.spec_view import spec_view
-from gpudesk.core.wire.jobs import DamagedJob, JobDetail, JobList, JobView, LogChunk
+from gpudesk.core.wire.jobs import ArrayTasksView, DamagedJob, JobDetail, JobList, JobView, LogChunk
 from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
 from gpudesk.engine.backends.base import JobsView, OwnerRead
 from gpudesk.engine.live_attempt import LiveAttempt
@@ -198,6 +198,7 @@ class ListingRequests(Requests):
             remaining=views[0].remaining,
             simulated=self._simulated(),
             earlier_events=earlier,
+            array=ArrayTasksView.of(parts.store.array_tasks([job.id]).get(job.id)),
         )
 
     def log(self, args: LogArgs, caller: Caller) -> LogChunk | Later[tuple[bytes, int]]:

@@ -85,12 +85,14 @@ class SubmitRequests(Requests):
             )
         specs: list[JobSpec] = []
         known: set[int] = set()  # the job ids named so far that exist: each looked up once
+        tasks_of = self._tasks_of(args.first_tasks_alone)
         for index, raw in enumerate(args.jobs):
-            try:
-                specs.append(JobSpec.from_dict(raw))
+            try:  # the jobs named as given checked, then an array's id names its tasks too
+                spec = JobSpec.from_dict(raw)
+                self._check_references(index, spec, known)
+                specs.append(spec.with_array_tasks(tasks_of))
             except SpecError as exc:
                 raise ProtocolError(protocol.INVALID_ARGS, f"jobs[{index}].{exc}") from None
-            self._check_references(index, specs[-1], known)
         self._check_arrays_continued(specs, caller)
         base_env = args.env
         if base_env is not None:

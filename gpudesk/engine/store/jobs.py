@@ -21,7 +21,7 @@ from gpudesk.core.wire.requests import InParts
 from gpudesk.engine.store.connection import StoreConnection
 from gpudesk.engine.store.listing import read_rows
 from gpudesk.engine.store.records import HELD_IN_PARTS, read_attempt, read_job
-from gpudesk.engine.store.schema import StoreError, UnknownJob
+from gpudesk.engine.store.schema import ARRAY_OF_ROW, StoreError, UnknownJob
 from gpudesk.hw.boottime import BootStamp
 from gpudesk.text import safe_text
 
@@ -128,6 +128,21 @@ class JobTables(StoreConnection):
             sql = f"SELECT id FROM jobs WHERE id IN ({','.join('?' * len(part))})"
             found.update(row[0] for row in self._conn.execute(sql, part))
         return found
+
+    def array_tasks(self, heads: Sequence[int]) -> dict[int, dict[int, int]]:
+        """The arrays whose first jobs are among `heads` (at most 16,000: two parameters each):
+        each one's task index -> job id, in task order, its first job's own included (each task
+        of `--array` is a job): the first jobs by their ids, the later tasks by jobs_by_array."""
+        found: dict[int, dict[int, int]] = {}
+        task, marks = "json_extract(spec, '$.array_task')", ",".join("?" * len(heads))
+        for array, job_id, index in self._conn.execute(
+            f"SELECT id, id, {task} FROM jobs WHERE id IN ({marks}) AND json_valid(spec) AND "
+            f"{ARRAY_OF_ROW} IS NULL AND {task} IS NOT NULL UNION ALL SELECT {ARRAY_OF_ROW}, id, "
+            f"{task} FROM jobs WHERE json_valid(spec) AND {ARRAY_OF_ROW} IN ({marks})",
+            [*heads, *heads],
+        ):
+            found.setdefault(array, {})[index] = job_id
+        return {array: dict(sorted(tasks.items())) for array, tasks in found.items()}
 
     def jobs_named(self, name: str) -> list[JobRecord]:
         rows = self._conn.execute("SELECT * FROM jobs WHERE name = ? ORDER BY id", (name,))

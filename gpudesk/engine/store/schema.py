@@ -16,6 +16,7 @@ class UnknownJob(StoreError):
     pass
 
 
+ARRAY_OF_ROW = "json_extract(spec, '$.array_job')"  # a later task's array (jobs_by_array's key)
 # Each entry moves the schema from version i to i + 1. Append only; never edit a shipped one.
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -328,6 +329,9 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 21: the owner's user name at submission (hw/runner.py's `entitled`); older jobs: NULL
     "ALTER TABLE jobs ADD COLUMN owner_login TEXT;",
+    # 22: an array's tasks by its id (store/jobs.py array_tasks); a damaged spec's row left out
+    f"CREATE INDEX jobs_by_array ON jobs ({ARRAY_OF_ROW}) WHERE json_valid(spec) AND "
+    f"{ARRAY_OF_ROW} IS NOT NULL;",
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
