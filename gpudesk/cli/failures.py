@@ -7,6 +7,7 @@ gpudesk.cli.main wraps every command in it (adding click's usage errors)."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +31,8 @@ def reported_failures() -> Iterator[None]:
         print(f"error: {printable_message(str(exc))}", file=sys.stderr)
         sys.exit(exc.code)
     except EngineError as exc:
-        print(f"error: {printable_message(str(exc))}", file=sys.stderr)
+        said = as_on_the_command_line(str(exc)) if exc.code == "invalid_args" else str(exc)
+        print(f"error: {printable_message(said)}", file=sys.stderr)
         # the engine found the request's arguments wrong (a job it can never run): bad input
         sys.exit(EXIT_USAGE if exc.code == "invalid_args" else EXIT_FAILED)
     except HomeError as exc:
@@ -46,3 +48,20 @@ def reported_failures() -> Iterator[None]:
         sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:
         os._exit(0)  # `gpudesk queue | head`: the reader left; that is not an error
+
+
+# The engine names the request's field its arguments fail at (`'jobs[1]': …`), the words of the
+# wire (docs/protocol.md), which a user of the command line never typed. The job references are
+# the command's own arguments (each quoted in the message anyway); the other fields the CLI
+# sends as they are, each under its option's name.
+_WIRE_FIELD = re.compile(r"^'(job|jobs\[\d+\]|unset_env|reason)':? ")
+_OPTION_OF_FIELD = {"unset_env": "--unset-env", "reason": "--reason"}
+
+
+def as_on_the_command_line(message: str) -> str:
+    """An engine's refusal of a request's arguments in the command line's words."""
+    match = _WIRE_FIELD.match(message)
+    if match is None:
+        return message
+    option = _OPTION_OF_FIELD.get(match[1])
+    return (f"{option}: " if option else "") + message[match.end() :]

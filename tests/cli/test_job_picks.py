@@ -107,3 +107,20 @@ def test_jobs_named_with_an_unknown_one_are_acted_on_and_it_is_reported(
     assert code == 1 and out == "" and len(err.splitlines()) == 2, (out, err)
     assert engine.job(kept).state == "queued"
     engine.api.cancel([kept, ended], grace=0)
+
+
+def test_a_refused_argument_is_said_in_the_command_lines_words(
+    engine: EngineHandle, gpudesk: Run
+) -> None:
+    """The engine names the request's field its arguments fail at (`'jobs[1]'`, `'unset_env'`),
+    words a command line never typed: they are said as the argument or the option instead."""
+    (job,) = engine.api.submit_jobs([JobSpec(name="kept", command=("true",))], hold=True).ids
+    too_big = "9" * 20
+    for command in (("show", too_big), ("cancel", str(job), too_big)):
+        code, _, err = gpudesk(*command)
+        assert code == 2 and err.startswith("error: a job id is at most"), (command, err)
+    code, _, err = gpudesk("edit", str(job), "--unset-env", "")
+    assert code == 2 and err.startswith("error: --unset-env: "), err
+    code, _, err = gpudesk("drain", "--reason", "r" * 600)
+    assert code == 2 and err.startswith("error: --reason: must be at most"), err
+    assert engine.job(job).state == "queued"  # the refused cancel touched nothing
