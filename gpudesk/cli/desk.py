@@ -41,12 +41,14 @@ def open_desk(readonly: bool, refresh: float, replay: Path | None) -> None:
         from gpudesk.cli.no_engine import require_running
 
         require_running()
-    from gpudesk.screens import DeskFailed, run_desk
+    from gpudesk.screens import DeskFailed, DeskSignalled, run_desk
 
     try:
         message = run_desk(readonly=readonly, refresh_s=refresh, replay=replay)
     except DeskFailed as exc:
         fail(f"{exc}; the message above says what went wrong")
+    except DeskSignalled as exc:
+        raise typer.Exit(128 + exc.signum) from None
     if message:
         print(message)
 

@@ -20,6 +20,15 @@ class DeskFailed(Exception):
         self.code = code
 
 
+class DeskSignalled(Exception):
+    """SIGTERM or SIGHUP closed the desk (as `q` would, the terminal taken back): the command
+    exits as a process that signal ended, 128 + its number, which is what a shell expects."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"closed by signal {signum}")
+        self.signum = signum
+
+
 def open_feed(refresh_s: float = 1.0, replay: Path | None = None) -> Feed:
     """The desk's feed: a recorded replay, or this home's engine (started if it is not
     running), whose first frame is being read already (EngineFeed.read_ahead): the engine
@@ -54,4 +63,6 @@ def run_desk(
     # Textual prints the error and returns normally; only its return code tells a crash apart.
     if app.return_code:
         raise DeskFailed(app.return_code)
+    if app.closed_by_signal is not None:
+        raise DeskSignalled(app.closed_by_signal)
     return message

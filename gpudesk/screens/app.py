@@ -149,10 +149,28 @@ class DeskApp(App[str]):
         self.connection_note: str | None = None
         self.damaged_said: set[int] = set()  # damaged job rows already told of
         self.left_out_said: str | None = None
+        self.closed_by_signal: int | None = None  # SIGTERM or SIGHUP, where one closed it
 
     # ------------------------------------------------------------------ data
     def on_mount(self) -> None:
+        self._close_on_signals()
         self.follow_feed()
+
+    def _close_on_signals(self) -> None:
+        """SIGTERM (`kill`, a closing tmux pane) and SIGHUP (an SSH link that dropped) would end
+        the process at once, leaving the terminal in the alternate screen with mouse reporting
+        on; the desk closes on them as on `q` instead, and takes the terminal back."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            # (not where the loop cannot take signals: off the main thread, as some tests run)
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signum, self._closed_by, signum)
+
+    def _closed_by(self, signum: int) -> None:
+        self.closed_by_signal = signum
+        self.exit()
 
     @work(thread=True, exclusive=True, group="feed", exit_on_error=False)
     def follow_feed(self) -> None:

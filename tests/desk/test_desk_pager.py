@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -99,3 +100,24 @@ def test_the_pager_is_found_before_the_terminal_is_handed_over(tmp_path: Path) -
         with pytest.raises(NoPager) as refused:
             pager_command(setting)
         assert str(refused.value) == why
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["TERM", "HUP"])
+def test_a_desk_ended_by_a_signal_takes_the_terminal_back(
+    sim_engine: EngineHandle, signum: int
+) -> None:
+    """`kill` (SIGTERM) or a dropped SSH link (SIGHUP) ended the desk at once, leaving the
+    terminal in the alternate screen with mouse reporting on. It now closes as on `q`: it
+    leaves the alternate screen, and exits 128 + the signal's number, as a shell expects."""
+    (job_id,) = sim_engine.submit({"name": "watched", "command": SLEEP})
+    sim_engine.wait_state(job_id, "running")
+    desk = _desk_on_a_terminal("cat")
+    try:
+        drawn = desk.wait_for(b"watched")
+        assert b"\x1b[?1049h" in desk.seen[:drawn]  # it is in the alternate screen
+        desk.proc.send_signal(signum)
+        assert desk.exit_code() == 128 + signum
+    finally:
+        desk.close()
+    left = desk.seen[drawn:]
+    assert b"\x1b[?1049l" in left and b"\x1b[?1000l" in left, left[-500:]
