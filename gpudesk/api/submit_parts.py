@@ -169,7 +169,9 @@ def _withdrawn(client: Client, ids: Sequence[int]) -> str:
     except EngineError as exc:
         return (
             f" Its first {len(ids):,} job(s), queued held in parts before, could not all be "
-            f"cancelled ({exc}): jobs {id_ranges(ids)}; `gpudesk cancel` them."
+            f"cancelled ({exc}): jobs {id_ranges(ids)}, and any of a part the engine took "
+            "unanswered. None of them starts: they stay held until `gpudesk cancel` cancels "
+            "them, or an engine starts, which cancels every job of a submission cut short."
         )
     if left:
         return (
@@ -243,7 +245,8 @@ def _release(client: Client, ids: Sequence[int], in_parts: InParts) -> None:
         raise EngineError(
             f"all {len(ids):,} jobs were queued (in parts, held until all were in), but "
             f"releasing them failed ({exc}): jobs {id_ranges(ids)} may still be held; "
-            "`gpudesk release` them",
+            "`gpudesk release` them (where an engine started since, it has cancelled them, "
+            "as every job of a submission cut short: submit again)",
             exc.code,
         ) from None
     if held:

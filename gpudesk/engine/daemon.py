@@ -308,6 +308,7 @@ class Engine:
     def recover(self) -> None:
         """Re-adopt attempts that are still running, settle those that ended while we were down."""
         adopted, settled = self.attempts.recover()
+        self.store.cancel_cut_short_submissions()
         self.queue.replace(self.store.queued())
         self.attempts.track()
         self.tracking.recover()

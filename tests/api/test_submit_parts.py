@@ -297,3 +297,22 @@ def test_the_engine_queues_at_most_its_part_size_on_the_station_in_one_request(
     with pytest.raises(EngineError) as refused:
         engine.client.request("check_submit", jobs=cluster)
     assert refused.value.code != TOO_LARGE, refused.value
+
+
+def test_an_engine_starting_cancels_the_parts_of_a_submission_cut_short(
+    engine: EngineHandle,
+) -> None:
+    """The engine killed while a client sent a submission in parts: the client cannot release
+    them, and could name only the parts it heard answered (a part the engine took as it died
+    was left held by no one, for good). An engine that starts cancels every job still held by
+    its submission's client, saying why; none of them ran. A job its user held stays held."""
+    part = [s.to_dict() for s in specs(3)]
+    cut = engine.client.request("submit", jobs=part, hold=True, in_parts={"jobs": 6, "parts": 2})
+    kept = engine.api.submit_jobs(specs(1), hold=True).ids
+    engine.kill9()
+    engine.start()
+    for job_id in cut["ids"]:
+        job = engine.job(job_id)
+        assert job.state == "cancelled" and job.attempts == 0, job
+        assert "submission in parts" in engine.show(job_id).job.reason, job
+    assert engine.job(kept[0]).state == "queued" and engine.job(kept[0]).held

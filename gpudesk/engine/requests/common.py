@@ -14,8 +14,9 @@ from typing import Any
 import msgspec
 
 from gpudesk.core import protocol
-from gpudesk.core.field_checks import array_task_ref, reads_as_job_id, task_range_refusal
+from gpudesk.core.field_checks import reads_as_job_id
 from gpudesk.core.identity import Caller, user_id
+from gpudesk.core.job_ref_checks import checked_ref
 from gpudesk.core.jobs import TasksOf
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
@@ -117,7 +118,7 @@ class Requests:
     def _find(self, ref: JobRef, field: str) -> JobRecord:
         """A job by id (int or digits) or by name (the newest job of that name); `field` names
         the argument in the error for a ref that is neither."""
-        return self.parts.control.find(_checked_ref(ref, field))
+        return self.parts.control.find(checked_ref(ref, field))
 
     def _find_ids(self, refs: Sequence[JobRef], field: str) -> list[int]:
         """The ids of the jobs `refs` name (`_find`'s way: one that names no job raises), each
@@ -133,7 +134,7 @@ class Requests:
         found: dict[int, None] = {}
         by_id: set[int] = set()
         for index, ref in enumerate(refs):
-            checked = _checked_ref(ref, f"{field}[{index}]")
+            checked = checked_ref(ref, f"{field}[{index}]")
             if isinstance(checked, int) and checked in known:
                 by_id.add(checked)
             else:
@@ -141,29 +142,6 @@ class Requests:
             found.setdefault(checked)
         arrays = self.parts.store.array_tasks(sorted(by_id))
         return list(dict.fromkeys(j for i in found for j in (i, *arrays.get(i, {}).values())))
-
-
-def _checked_ref(ref: JobRef, field: str) -> int | str | tuple[int, int]:
-    """`ref` as a job id, array task (`144_2`: (144, 2)) or name, or ProtocolError naming
-    `field` for one that is none: empty, an id out of range, a task range, not UTF-8 text."""
-    if ref == "":
-        raise ProtocolError(
-            protocol.INVALID_ARGS, f"'{field}': a job is named by its id or its name"
-        )
-    if isinstance(ref, str) and (refusal := task_range_refusal(ref)):
-        raise ProtocolError(protocol.INVALID_ARGS, f"'{field}': {refusal}")
-    if isinstance(ref, str) and (task := array_task_ref(ref)):
-        return task  # `144_2`: one task of an array, looked up as it is (`0_2`: no job)
-    if isinstance(ref, str) and reads_as_job_id(ref):  # "12", not "²"
-        ref = int(ref) if len(ref) <= 19 else MAX_ROW_ID + 1  # int() stops at 4300 digits
-    if isinstance(ref, int) and not -MAX_ROW_ID <= ref <= MAX_ROW_ID:
-        raise ProtocolError(protocol.INVALID_ARGS, f"'{field}': a job id is at most {MAX_ROW_ID}")
-    if isinstance(ref, str) and not is_text(ref):
-        raise ProtocolError(
-            protocol.INVALID_ARGS,
-            f"'{field}': a job name is UTF-8 text; {quoted(ref)} holds bytes that are not",
-        )
-    return ref
 
 
 def user_arg(value: str | int | None) -> int | None:

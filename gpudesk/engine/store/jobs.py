@@ -25,6 +25,12 @@ from gpudesk.engine.store.schema import ARRAY_OF_ROW, StoreError, UnknownJob
 from gpudesk.hw.boottime import BootStamp
 from gpudesk.text import safe_text
 
+# Why a job held by its submission's client is cancelled as an engine starts
+CUT_SHORT = (
+    "cancelled as the engine started: the client sending its submission in parts lost the "
+    "engine before all of them were in, and a submission runs all or none; submit it again"
+)
+
 
 class JobTables(StoreConnection):
     """Jobs, their environments, their attempts."""
@@ -232,6 +238,18 @@ class JobTables(StoreConnection):
         sets = ", ".join(["state = ?", *(f"{c} = ?" for c in columns)])
         conn.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (new.value, *columns.values(), job_id))
         self._add_event(conn, "state", message, job_id=job_id, state=new, now=now)
+
+    def cancel_cut_short_submissions(self) -> int:
+        """At an engine's start, cancel the queued jobs still held by the client that sent
+        their submission in parts (api/submit_parts.py): it lost the last engine before it
+        released them, and never will; a submission runs all or none. How many there were
+        (each job's event says why; the engine's own event counts them)."""
+        sql = "SELECT id FROM jobs WHERE state = 'queued' AND held = ? ORDER BY id"
+        ids = [row[0] for row in self._conn.execute(sql, (HELD_IN_PARTS,))]
+        if ids:
+            self.finish_queued([(i, CUT_SHORT) for i in ids], JobState.CANCELLED)
+            self.add_event("engine", f"cancelled {len(ids)} job(s) of submissions cut short")
+        return len(ids)
 
     def finish_queued(
         self, ended: Iterable[tuple[int, str]], state: JobState, now: float | None = None
