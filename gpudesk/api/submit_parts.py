@@ -159,9 +159,10 @@ def id_ranges(ids: Sequence[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def _withdrawn(client: Client, ids: Sequence[int]) -> str:
+def _withdrawn(client: Client, ids: Sequence[int], by_user: bool) -> str:
     """Cancel the jobs of the parts already queued (held: none started); what to add to the
-    error that ended the submission, so that its cancelled jobs in the history are explained."""
+    error that ended the submission, so that its cancelled jobs in the history are explained.
+    `by_user`: the parts are held as the user asked (`submit --hold`), not by this client."""
     if not ids:
         return ""
     try:
@@ -170,8 +171,13 @@ def _withdrawn(client: Client, ids: Sequence[int]) -> str:
         return (
             f" Its first {len(ids):,} job(s), queued held in parts before, could not all be "
             f"cancelled ({exc}): jobs {id_ranges(ids)}, and any of a part the engine took "
-            "unanswered. None of them starts: they stay held until `gpudesk cancel` cancels "
-            "them, or an engine starts, which cancels every job of a submission cut short."
+            + (
+                "unanswered. They stay held, as asked: `gpudesk cancel` them."
+                if by_user
+                else "unanswered. None of them starts: they stay held until `gpudesk cancel` "
+                "cancels them, or an engine starts, which cancels every job of a submission "
+                "cut short."
+            )
         )
     if left:
         return (
@@ -224,9 +230,9 @@ def submit_in_parts(
             waits.update(result.waits_for_change)
             simulated = result.simulated
     except EngineError as exc:
-        raise EngineError(f"{exc}{_withdrawn(client, ids)}", exc.code) from None
+        raise EngineError(f"{exc}{_withdrawn(client, ids, hold)}", exc.code) from None
     except BaseException:  # an interrupt between the parts: none of them runs
-        _withdrawn(client, ids)
+        _withdrawn(client, ids, hold)
         raise
     if in_parts is not None:
         _release(client, ids, in_parts)
