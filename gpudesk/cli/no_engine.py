@@ -96,9 +96,17 @@ def no_engine_line(home: Home) -> str:
 def stopped(home: Home) -> NoReturn:
     """The error of a read in a home whose engine has stopped (or never ran, for a command
     that has no empty answer)."""
+    from gpudesk.core.lost_database import lost_database
+
+    # (a database deleted under the last engine: the next one refuses to start, and says why)
+    start = (
+        f"`gpudesk engine start` would not start one: {problem}"
+        if (problem := lost_database(home))
+        else "`gpudesk engine start` starts it (its jobs are kept)"
+    )
     fail(
         f"no engine is running for {home.root}; this command only asks a running one and "
-        "does not start it: `gpudesk engine start` starts it (its jobs are kept)",
+        f"does not start it: {start}",
         EXIT_NOT_RUNNING,
     )
 

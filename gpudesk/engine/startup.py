@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from gpudesk import diskspace
+from gpudesk.core.lost_database import job_folders, lost_database
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.store.damage import damaged_text
 from gpudesk.engine.store.database import Store
@@ -92,35 +93,6 @@ def saved_config(saved: object) -> StationConfig:
             continue
         kept[key] = value
     return StationConfig.from_dict(kept)
-
-
-def job_folders(home: Home) -> list[int]:
-    """The ids of the jobs whose folders `jobs/` holds: what the database recorded."""
-    try:
-        return [int(e.name) for e in os.scandir(home.jobs_dir) if e.name.isdecimal()]
-    except OSError:
-        return []
-
-
-def lost_database(home: Home) -> str | None:
-    """Why the engine must not start afresh here, or None: a database that is missing or empty
-    while `jobs/` holds earlier jobs' folders. Starting would reuse their ids and mix new logs
-    into theirs, and say nothing of the jobs it forgot."""
-    try:
-        size = home.db.stat().st_size
-    except FileNotFoundError:
-        size = 0
-    found = len(job_folders(home)) if not size else 0
-    if not found:
-        return None
-    state = "empty" if home.db.exists() else "missing"
-    return (
-        f"the gpudesk database {home.db} is {state}, but {home.jobs_dir} holds the folders of "
-        f"{found} earlier job(s): the record of those jobs is gone, and starting afresh would "
-        "reuse their ids and mix new logs into theirs, so the engine does not start. Restore "
-        f"{home.db.name} from a backup if there is one; or keep the old folders and start "
-        f"afresh: move them aside (`mv {home.jobs_dir} {home.jobs_dir}.old`) and start again."
-    )
 
 
 def open_store(home: Home) -> Store:

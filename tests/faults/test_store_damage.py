@@ -65,6 +65,14 @@ def test_a_lost_database_over_earlier_jobs_refuses_to_start(engine: EngineHandle
         )
     assert engine.pid is None
     assert old_log.read_text() == "before\n"
+    # a command that only asks a running engine says that one would not start, and why, not
+    # "`gpudesk engine start` starts it (its jobs are kept)"
+    for command in (("queue",), ("show", str(job_id))):
+        asked = cli(*command)
+        assert asked.returncode == 3, asked
+        said = " ".join(asked.stderr.split())
+        assert "`gpudesk engine start` would not start one" in said, said
+        assert f"the gpudesk database {engine.home.db} is {state}" in said, said
 
     # doing what it says starts afresh, the old folders kept aside
     engine.home.jobs_dir.rename(f"{engine.home.jobs_dir}.old")
