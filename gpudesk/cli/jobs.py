@@ -405,10 +405,13 @@ def logs(
 ) -> None:
     """Print a job's output."""
     from gpudesk import joblog
+    from gpudesk.cli.std_streams import follow_to_the_end
     from gpudesk.untrusted import UntrustedFileError
 
     if json_out and follow:
         fail("--json prints the output as it is now; follow it with -f alone", EXIT_USAGE)
+    if follow:  # its exit status is the job's: a reader that leaves does not end it
+        follow_to_the_end()
 
     with reading_client(job) as client:
         data = client.show(job)
