@@ -152,3 +152,25 @@ def test_wait_and_logs_f_whose_reader_leaves_exit_with_the_job_s_status(
     assert _left_at_once("logs", "-f", str(job))[0] == 7
     # a listing still stops at once, quietly: exit 0
     assert _left_at_once("logs", str(job)) == (0, b"")
+
+
+def test_station_commands_into_a_full_disk_say_what_they_did(engine: EngineHandle) -> None:
+    """drain, undrain and engine stop acted before their line could not be written."""
+    drained = into_full_disk("drain", "--reason", "disks")
+    assert (drained.returncode, drained.stderr) == (
+        1,
+        "error: cannot write the output (No space left on device); the station was drained "
+        "all the same: gpudesk engine status says so\n",
+    )
+    assert engine.api.status().drain is not None
+    undrained = into_full_disk("undrain")
+    assert undrained.stderr.endswith(
+        "the station was undrained all the same: gpudesk engine status says so\n"
+    ), undrained.stderr
+    stopped = into_full_disk("engine", "stop")
+    assert (stopped.returncode, stopped.stderr) == (
+        1,
+        "error: cannot write the output (No space left on device); the engine was stopped all "
+        "the same\n",
+    )
+    assert engine.pid is None
