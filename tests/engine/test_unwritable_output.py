@@ -68,6 +68,7 @@ def test_a_read_into_a_full_disk_is_one_line_and_exit_1(
         ["history"],
         ["wait", str(job)],
         ["engine", "status"],
+        ["top", "--once"],
         ["--version"],
     ):
         said = into_full_disk(*read, buffered=buffered)
