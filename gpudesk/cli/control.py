@@ -17,6 +17,7 @@ from gpudesk.cli.common import (
 )
 from gpudesk.cli.job_refs import act_on_known
 from gpudesk.cli.no_engine import acting_client
+from gpudesk.cli.std_streams import already_done
 
 control_app = typer.Typer()
 
@@ -63,6 +64,8 @@ def drain(
     drained on its own."""
     with engine_client() as client:
         result = client.drain(reason)
+    if result.drain is not None and result.changed:
+        already_done("the station was drained all the same: gpudesk engine status says so")
     if json_out:
         from gpudesk.api.models import to_builtins
 
@@ -80,6 +83,8 @@ def undrain(json_out: bool = typer.Option(False, "--json", help="Print JSON.")) 
     """Undrain the station: jobs start again."""
     with engine_client() as client:
         result = client.undrain()
+    if result.ended is not None:
+        already_done("the station was undrained all the same: gpudesk engine status says so")
     if json_out:
         from gpudesk.api.models import to_builtins
 

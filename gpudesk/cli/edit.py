@@ -14,6 +14,7 @@ from gpudesk.cli import submit_extras
 from gpudesk.cli.common import ONE_JOB_HELP, complete_job, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.cli.no_engine import acting_client
+from gpudesk.cli.std_streams import already_done
 from gpudesk.text import printable_line
 
 if TYPE_CHECKING:
@@ -120,6 +121,8 @@ def edit(
             fields[key] = submit_extras.job_ids(client, refs, key, extras.first_tasks)
         alone = extras.first_tasks.alone
         result = _edited(client, job, fields, set_env, unset_env, alone)
+    if result.changes:
+        already_done(f"job {result.id} was edited all the same: gpudesk show {result.id} shows it")
     if json_out:
         print_json({"id": result.id, "name": result.name, "changes": result.changes})
     elif result.changes:

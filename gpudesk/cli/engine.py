@@ -11,6 +11,7 @@ import typer
 
 from gpudesk.cli.common import current_home, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_USAGE
+from gpudesk.cli.std_streams import already_done
 from gpudesk.paths import SYSTEM_ADMIN_GROUP, SYSTEM_GROUP, SYSTEM_SOCKET, SYSTEM_STATE_DIR
 from gpudesk.text import printable_line, printable_message, quoted
 
@@ -110,6 +111,7 @@ def engine_start(
         requested = {key: getattr(station, key) for key in keys}
         raise typer.Exit(daemon.serve(home, requested))
     pid = start_engine(home, station, system_args=system_args, keys=keys)
+    already_done(f"the engine was started all the same (pid {pid}): gpudesk engine status shows it")
     # the home's path spelled out (GPUDESK_HOME may hold an ESC), as in every line here
     print(printable_line(f"engine started (pid {pid}): {home.description}"))
 
@@ -135,6 +137,7 @@ def engine_stop(
         if time.monotonic() > deadline:
             fail(f"the engine did not exit within {timeout:g} s")
         time.sleep(0.05)
+    already_done("the engine was stopped all the same")
     suffix = f"; {running} running job(s) keep running" if running else ""
     print(f"engine stopped{suffix}")
 
@@ -186,6 +189,10 @@ def engine_set(
         fail(str(exc), EXIT_USAGE)
     with engine_client() as client:
         result = client.configure(asked, list(table))
+    if result.changes:
+        already_done(
+            "the station's settings were changed all the same: gpudesk engine status shows them"
+        )
     for change in result.changes:
         print(f"station: {change.message}")
     for refused in result.not_applied:

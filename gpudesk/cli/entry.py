@@ -16,14 +16,20 @@ import sys
 from gpudesk.cli.exit_codes import EXIT_INTERRUPTED
 from gpudesk.cli.first_answers import ROOT_HELP, version_text
 from gpudesk.cli.interrupts import INTERRUPTS
+from gpudesk.cli.std_streams import guard_std_streams, output_failures_said
 
 
 def main() -> None:
-    args = sys.argv[1:]
     if not (_utf8(sys.stdout) and _utf8(sys.stderr)):  # a latin-1 or ASCII locale
         from gpudesk.cli.output_encoding import degrade
 
         degrade(sys.stdout, sys.stderr)
+    guard_std_streams()  # a full disk told apart from a reader that left (cli/std_streams.py)
+    with output_failures_said():
+        _answer(sys.argv[1:])
+
+
+def _answer(args: list[str]) -> None:
     # What people type first answers before typer and the commands are loaded (~0.25 s):
     # the version, and the root help once it has been rendered for this terminal width.
     if args == ["--version"]:

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 from gpudesk.cli.common import CliError
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from gpudesk.cli.std_streams import say
 from gpudesk.text import printable_message
 
 
@@ -28,15 +29,15 @@ def reported_failures() -> Iterator[None]:
     try:
         yield
     except CliError as exc:
-        print(f"error: {printable_message(str(exc))}", file=sys.stderr)
+        say(f"error: {printable_message(str(exc))}")
         sys.exit(exc.code)
     except EngineError as exc:
         said = as_on_the_command_line(str(exc)) if exc.code == "invalid_args" else str(exc)
-        print(f"error: {printable_message(said)}", file=sys.stderr)
+        say(f"error: {printable_message(said)}")
         # the engine found the request's arguments wrong (a job it can never run): bad input
         sys.exit(EXIT_USAGE if exc.code == "invalid_args" else EXIT_FAILED)
     except HomeError as exc:
-        print(f"error: {printable_message(str(exc))}", file=sys.stderr)
+        say(f"error: {printable_message(str(exc))}")
         sys.exit(EXIT_FAILED)
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from gpudesk.api.models import ActionOutcome
 
 Act = Callable[[list[str]], list["ActionOutcome"]]
+# The jobs a failed write of the output names one by one (the rest are counted)
+SAID_DONE = 5
 
 
 def act_on_known(
@@ -33,15 +35,33 @@ def act_on_known(
     from gpudesk.core.protocol import UNKNOWN_JOB
 
     try:
-        return act(list(refs)), []
+        results, unknown = act(list(refs)), []
     except EngineError as exc:
         if exc.code != UNKNOWN_JOB:
             raise
         unknown = unknown_refs(client, refs)
         if not unknown:
             raise
-    known = [ref for ref in refs if ref not in unknown]
-    return (act(known) if known else []), unknown
+        known = [ref for ref in refs if ref not in unknown]
+        results = act(known) if known else []
+    _done_all_the_same(results)
+    return results, unknown
+
+
+def _done_all_the_same(results: list[ActionOutcome]) -> None:
+    """What the engine did, for the line that says the output could not be written (a full
+    disk: gpudesk.cli.std_streams): a cancel that is done must not read as one that failed."""
+    from gpudesk.cli.std_streams import already_done
+    from gpudesk.text import printable_line
+
+    done = [f"job {r.id}: {printable_line(r.outcome)}" for r in results if r.ok]
+    if not done:
+        return
+    more = f"; and {len(done) - SAID_DONE} more" if len(done) > SAID_DONE else ""
+    already_done(
+        f"the engine did this all the same ({'; '.join(done[:SAID_DONE])}{more}): "
+        "gpudesk show JOB says where a job stands"
+    )
 
 
 def unknown_refs(client: Client, refs: Sequence[str]) -> list[str]:

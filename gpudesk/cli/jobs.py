@@ -407,10 +407,13 @@ def logs(
     """Print a job's output."""
     from gpudesk import joblog
     from gpudesk.cli import job_extras_view
+    from gpudesk.cli.std_streams import follow_to_the_end
     from gpudesk.untrusted import UntrustedFileError
 
     if json_out and follow:
         fail("--json prints the output as it is now; follow it with -f alone", EXIT_USAGE)
+    if follow:  # its exit status is the job's: a reader that leaves does not end it
+        follow_to_the_end()
 
     with reading_client(job) as client:
         data = client.show(job)

@@ -131,11 +131,14 @@ def _serve(config: ProducerConfig) -> int:
 
 
 def _say(line: str) -> None:
-    """One line for the person who started the producer. A reader that left (`| head -1`)
-    stops nothing: the producer serves on, and what it says later goes nowhere."""
+    """One line for the person who started the producer. A reader that left (`| head -1`),
+    or a stdout that cannot be written (a full disk), stops nothing: the producer serves on,
+    and what it says later goes nowhere."""
+    from gpudesk.cli.std_streams import OutputUnwritable
+
     try:
         print(line, flush=True)
-    except OSError:
+    except (OSError, OutputUnwritable):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 

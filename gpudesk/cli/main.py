@@ -21,6 +21,7 @@ from gpudesk.cli.failures import reported_failures
 from gpudesk.cli.first_answers import ROOT_HELP, version_text
 from gpudesk.cli.param_rules import apply_rules
 from gpudesk.cli.plain_help import plain_help
+from gpudesk.cli.std_streams import say
 from gpudesk.text import printable_message
 
 if TYPE_CHECKING:
@@ -312,11 +313,11 @@ def main(argv: list[str] | None = None) -> None:
     except usage_error as exc:
         if getattr(exc, "ctx", None) is None and command is not None:
             exc.ctx = _context_named(command, args)  # type: ignore[attr-defined]  # its usage
-        print(f"error: {printable_message(usage_paragraph(exc))}", file=sys.stderr)
+        say(f"error: {printable_message(usage_paragraph(exc))}")
         sys.exit(EXIT_USAGE)
     except click_exception as exc:
         said = str(getattr(exc, "format_message", exc.__str__)())
-        print(f"error: {printable_message(said)}", file=sys.stderr)
+        say(f"error: {printable_message(said)}")
         sys.exit(getattr(exc, "exit_code", EXIT_FAILED))
     except typer.Abort as exc:
         if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C into Abort
@@ -325,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
         # deeper down (a cut-short .pyc file: "marshal data too short"), which is said
         cause = exc.__cause__
         why = f" ({type(cause).__name__}: {cause})" if cause is not None and str(cause) else ""
-        print(printable_message(f"aborted{why}"), file=sys.stderr)
+        say(printable_message(f"aborted{why}"))
         sys.exit(EXIT_FAILED)
     # typer.Exit(N) comes back as N; a command that returns comes back with what it returned
     sys.exit(code if isinstance(code, int) else 0)

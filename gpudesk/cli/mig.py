@@ -23,6 +23,7 @@ from gpudesk.cli.mig_common import gpu_title as _gpu_title
 from gpudesk.cli.mig_common import paragraph as _paragraph
 from gpudesk.cli.mig_common import table as _table
 from gpudesk.cli.mig_plan import apply_plan_cmd, plan_cmd
+from gpudesk.cli.std_streams import already_done
 
 if TYPE_CHECKING:
     from gpudesk.cli.mig_simulated import SimulatedStation
@@ -479,6 +480,7 @@ def apply_cmd(
                 print(shlex.join(argv))
             return
         slots = manager.apply(gpu, profiles)
+    already_done(f"GPU {gpu}'s MIG layout was applied all the same: gpudesk mig list shows it")
     rows = [
         (s.device, s.profile, s.gpu_instance_id, s.compute_instance_id, s.placement, s.uuid)
         for s in slots
@@ -510,6 +512,7 @@ def clear_cmd(gpu: GpuOption, dry_run: DryRunOption = False) -> None:
             return
         ran = manager.clear(gpu)
     if ran:
+        already_done(f"GPU {gpu}'s MIG instances were destroyed all the same")
         print(f"cleared GPU {gpu}: its compute and GPU instances are destroyed (MIG mode stays on)")
     else:
         print(f"GPU {gpu} has no MIG instances; nothing to do")

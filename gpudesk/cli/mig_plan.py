@@ -21,6 +21,7 @@ from gpudesk.cli.mig_common import (
     paragraph,
     table,
 )
+from gpudesk.cli.std_streams import already_done
 from gpudesk.units import gib
 
 if TYPE_CHECKING:
@@ -147,6 +148,7 @@ def apply_plan_cmd(
                 fail("not applied; nothing was changed", EXIT_FAILED)
         client.timeout = max(client.timeout, APPLY_TIMEOUT_S)
         applied = client.mig_apply(gpu, plan.wanted, confirm=True)
+    already_done(f"GPU {gpu}'s MIG plan was applied all the same: gpudesk mig list shows it")
     print(applied.message)
     if applied.mig_devices:
         rows = [

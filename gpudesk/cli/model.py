@@ -16,6 +16,7 @@ import typer
 
 from gpudesk.cli.common import engine_client, fail, print_model
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from gpudesk.cli.std_streams import already_done
 
 if TYPE_CHECKING:
     from gpudesk.api.models import GpuModelView, ModelShowResult
@@ -162,6 +163,7 @@ def reset_cmd(
             fail("not reset; nothing was changed", EXIT_FAILED)
     with engine_client() as client:
         result = client.model_reset(gpu_model, confirm=True)
+    already_done(f"the interference model was reset all the same for {what}")
     print(
         f"interference model reset for {what}: {result.dropped} learned parameter(s) dropped; "
         "the defaults apply"

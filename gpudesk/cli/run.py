@@ -94,7 +94,10 @@ def run(
     from gpudesk.api.own_station import simulated_backend
     from gpudesk.cli.run_attach import NothingToAttach
     from gpudesk.cli.run_report import EngineLost, LeftRun, run_profile
+    from gpudesk.cli.std_streams import follow_to_the_end
 
+    if not detach:  # its exit status is its jobs': a reader that leaves does not end it
+        follow_to_the_end()
     loaded = _loaded(profile)
     _refuse_what_does_not_go_together(loaded, attach, detach, apply_station, report)
     cluster = target_cluster(on, loaded.cluster, partition=partition, account=account, qos=qos)

@@ -70,20 +70,37 @@ def submit_detached(
     what the station did with its [station] and which jobs wait for a change to it."""
 
     def note(step: Step) -> None:
+        if isinstance(step, Submitted):
+            submitted_all_the_same(step, group, "")
         if isinstance(step, (Submitted, StationReport)):
             for line in step.lines():
                 print(line, file=progress)
 
+    group = run_group(profile)
     outcome = submit_profile(
         client,
         profile,
-        group=run_group(profile),
+        group=group,
         on_step=note,
         cluster=cluster,
         apply_station=apply_station,
         how_to_apply=how_to_apply,
     )
     return Detached(outcome.group, outcome.job_ids)
+
+
+def submitted_all_the_same(step: Submitted, group: str, prefix: str) -> None:
+    """A run's jobs the engine has queued, for the line that says the output could not be
+    written (a full disk: gpudesk.cli.std_streams): they run whatever becomes of this command.
+    `prefix`: what a command needs before it to reach the run's engine (run_report.reached_by)."""
+    from gpudesk.cli.std_streams import already_done
+
+    which = "pre-pass job(s)" if step.stage == "prepass" else "job(s)"
+    already_done(
+        f"{len(step.ids)} {which} of the run {printable_line(group)} were submitted all the "
+        f"same: {prefix}gpudesk wait --group {printable_line(shlex.quote(group))} follows them "
+        "to their end"
+    )
 
 
 def detached_text(detached: Detached, attach: str | None, prefix: str) -> str:

@@ -33,6 +33,7 @@ from gpudesk.api.submit import (
 from gpudesk.api.wakeups import Wakeups
 from gpudesk.cli import run_attach
 from gpudesk.cli.interrupts import INTERRUPTS
+from gpudesk.cli.run_detach import submitted_all_the_same
 from gpudesk.cli.run_progress import Progress
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.hw.telemetry.energy import summarize
@@ -531,6 +532,8 @@ def _noter(report: RunReport, progress: Progress) -> Callable[[Step], None]:
     said at once."""
 
     def note(step: Step) -> None:
+        if isinstance(step, Submitted):  # they go on, whatever becomes of this command
+            submitted_all_the_same(step, report.group, report.prefix)
         if isinstance(step, PrepassResult):
             report.notes.append(step.describe())
             report.prepass_jobs.add(step.job_id)

@@ -17,6 +17,7 @@ from gpudesk.text import quoted
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
     from gpudesk.api.errors import EngineError
+    from gpudesk.api.models import SubmitResult
     from gpudesk.cli.submit_extras import Extras
     from gpudesk.core.cluster import ClusterSpec
     from gpudesk.core.jobs import JobSpec
@@ -231,7 +232,6 @@ def submit_and_report(
 ) -> None:
     """Submit the job, or its array's jobs (their --after names made ids first), and say what
     became of it: a line, its JSON, or (`parsable`) its id alone (an array's first)."""
-    from gpudesk.api.errors import EngineError
     from gpudesk.api.submit import change_lines
     from gpudesk.cli.submit_extras import Extras, array_line, job_ids, specs_of
     from gpudesk.policy import job_gates
@@ -246,14 +246,7 @@ def submit_and_report(
         problem = job_gates.submit_problem(0, spec, named=option_of)
         if problem:
             fail(problem, EXIT_USAGE)
-        try:
-            alone = extras.first_tasks.alone
-            submitted = client.submit_jobs(specs, hold=hold, first_tasks_alone=alone)
-        except EngineError as exc:
-            said = as_option(exc)  # --after 999: no such job; --priority 5 by a member
-            if said:
-                fail(*said)
-            raise
+        submitted = _queued(client, specs, hold, extras)
         job_id = submitted.ids[0]
         # a Slurm job: say the id Slurm gave it, as sbatch would, and if the engine could
         # not save it yet (a full disk: it is in Slurm all the same)
@@ -297,6 +290,27 @@ def submit_and_report(
             print(f"note: {line}", file=sys.stderr)
     if shown is not None and shown.unsaved:
         print(f"note: sent to Slurm, {shown.unsaved}", file=sys.stderr)
+
+
+def _queued(client: Client, specs: list[JobSpec], hold: bool, extras: Extras) -> SubmitResult:
+    """The engine's answer to the submission, a refusal of an option's value said as that
+    option's; what it queued kept for the line of a write of the output that fails (a full
+    disk: cli/std_streams.py), since the jobs are queued whatever becomes of this command."""
+    from gpudesk.api.errors import EngineError
+    from gpudesk.cli.std_streams import already_done
+
+    try:
+        alone = extras.first_tasks.alone
+        submitted = client.submit_jobs(specs, hold=hold, first_tasks_alone=alone)
+    except EngineError as exc:
+        said = as_option(exc)  # --after 999: no such job; --priority 5 by a member
+        if said:
+            fail(*said)
+        raise
+    ids = submitted.ids
+    what = f"array job {ids[0]} ({len(ids):,} tasks)" if extras.array else f"job {ids[0]}"
+    already_done(f"{what} was queued all the same: gpudesk queue lists it")
+    return submitted
 
 
 def _cancelled_at_once(client: Client, job_id: int) -> str | None:

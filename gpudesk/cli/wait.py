@@ -43,7 +43,9 @@ def wait(
     (in the order given) that did not: its exit code, 128+N if signal N killed it, or 1.
     Exit 3 where no engine runs, or it stops while this waits (the jobs go on)."""
     from gpudesk.api.submit import WaitStopped, wait_for_jobs, waited_ids
+    from gpudesk.cli.std_streams import follow_to_the_end
 
+    follow_to_the_end()  # its exit status is the jobs': a reader that leaves does not end it
     if bool(jobs) == (group is not None):
         fail("which jobs? name them, or give one run's with --group RUN (not both)", EXIT_USAGE)
     deadline = None if timeout is None else time.monotonic() + timeout
