@@ -272,12 +272,16 @@ def unwritable_state(folder: Path, exc: OSError) -> HomeError | None:
         )
     if exc.errno == errno.ENAMETOOLONG:
         return HomeError(
-            f"the state folder {quoted(str(folder))} cannot be used: {exc.strerror} (a path "
-            f"holds at most {os.pathconf('/', 'PC_PATH_MAX')} bytes, each name in it "
-            f"{os.pathconf('/', 'PC_NAME_MAX')}). Set GPUDESK_HOME (a system engine: "
-            "--state-dir) to a shorter path."
+            f"the state folder {quoted(str(folder))} cannot be used: {too_long_text(exc)}. Set "
+            "GPUDESK_HOME (a system engine: --state-dir) to a shorter path."
         )
     return None
+
+
+def too_long_text(exc: OSError) -> str:
+    """An ENAMETOOLONG said with the limits it passed, for a paragraph that names the path."""
+    limits = f"{os.pathconf('/', 'PC_PATH_MAX')} bytes, each name in it"
+    return f"{exc.strerror} (a path holds at most {limits} {os.pathconf('/', 'PC_NAME_MAX')})"
 
 
 def private_dir(path: Path, remedy: str) -> Path:

@@ -69,6 +69,12 @@ def desk(
 
     It starts the engine when none runs (with --readonly it does not: it watches a running
     one). `q` closes the desk and leaves the engine and its jobs running."""
-    if replay is not None and not replay.is_file():
-        fail(f"--replay: {replay} is not a file", EXIT_USAGE)
+    if replay is not None:
+        from gpudesk.cli.report_file import too_long_problem
+
+        too_long = too_long_problem(replay)  # is_file() raised it as a traceback
+        if too_long is not None:
+            fail(f"--replay: {too_long}", EXIT_USAGE)
+        if not replay.is_file():
+            fail(f"--replay: {replay} is not a file", EXIT_USAGE)
     open_desk(readonly, refresh, replay)

@@ -147,3 +147,29 @@ def test_a_dumb_terminal_is_refused_in_one_line_pointing_to_top(
     assert said in line and "`gpudesk top`" in line, line
     assert drawn == b""  # no escape sequence reached the terminal
     assert EngineHandle(home).pid is None
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("x" * 300, "cannot be used: File name too long"),  # was an OSError traceback
+        ("missing.json", "is not a file"),
+    ],
+    ids=["name too long", "missing"],
+)
+def test_a_replay_file_that_cannot_be_is_one_usage_paragraph(
+    home: Home, tmp_path: Path, name: str, said: str
+) -> None:
+    replay = tmp_path / name
+    done = subprocess.run(
+        [sys.executable, "-m", "gpudesk", "desk", "--replay", str(replay)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"error: --replay: {replay} {said}\n" or (
+        done.stderr.startswith(f"error: --replay: {replay} {said} (a path holds at most")
+        and done.stderr.count("\n") == 1
+    ), done.stderr
+    assert not home.root.exists()  # refused before any engine was started
