@@ -42,11 +42,14 @@ def open_desk(readonly: bool, refresh: float, replay: Path | None) -> None:
 
         require_running()
     from gpudesk.screens import DeskFailed, run_desk
+    from gpudesk.screens.feed import BadRecording
 
     try:
         message = run_desk(readonly=readonly, refresh_s=refresh, replay=replay)
     except DeskFailed as exc:
         fail(f"{exc}; the message above says what went wrong")
+    except BadRecording as exc:
+        fail(f"--replay: {exc}", EXIT_USAGE)
     if message:
         print(message)
 

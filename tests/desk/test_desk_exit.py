@@ -173,3 +173,24 @@ def test_a_replay_file_that_cannot_be_is_one_usage_paragraph(
         and done.stderr.count("\n") == 1
     ), done.stderr
     assert not home.root.exists()  # refused before any engine was started
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "is not a recording of the desk: it is nested too deeply"),
+        ('{"frames": 5}', "is not a recording of the desk: 'int' object is not iterable"),
+        ('{"frames": []}', "is not a recording of the desk: a replay needs at least one frame"),
+    ],
+    ids=["nested past the stack", "frames not a list", "no frame"],
+)
+def test_a_replay_that_is_no_recording_is_one_usage_paragraph(
+    tmp_path: Path, content: str, said: str
+) -> None:
+    """On a terminal (the desk refuses a pipe first): each was a traceback."""
+    replay = tmp_path / "replay.json"
+    replay.write_text(content)
+    code, out = run_on_pty([sys.executable, "-c", SCRIPT, "present", str(replay)], b"")
+    assert code == 2, out[-2000:]
+    assert "Traceback" not in out, out[-2000:]
+    assert f"error: --replay: {replay} {said}" in out, out[-2000:]
