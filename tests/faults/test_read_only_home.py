@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import home_at, refuses
+from conftest import home_at, refuses, wait_for
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
 READ_ONLY = "is on a read-only file system"
@@ -56,7 +56,14 @@ def disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def remount_read_only(mnt: Path) -> None:
-    subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True, capture_output=True)
+    """Remounted once nothing holds a file there open for writing: a stopped engine's process
+    may still be closing its log and database ("mount point is busy" until then)."""
+
+    def remounted() -> bool:
+        done = subprocess.run(["mount", "-o", "remount,ro", str(mnt)], capture_output=True)
+        return done.returncode == 0
+
+    wait_for(remounted, what=f"{mnt} remounted read-only")
 
 
 @pytest.mark.parametrize(
