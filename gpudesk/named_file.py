@@ -84,6 +84,8 @@ def read_named_json(
         ) from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not {json_kind}: {exc}") from None
+    except RecursionError:  # json recurses once per level: `[[[[…` 100,000 deep
+        raise ValueError(f"{path} is not {json_kind}: it is nested too deeply to read") from None
 
 
 def too_large(size: int, limit: int, kind: str) -> str:

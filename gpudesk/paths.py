@@ -87,6 +87,8 @@ def check_owner(root: Path) -> None:
             f"cannot use the gpudesk home {root}: {exc.strerror}. Set GPUDESK_HOME to a folder "
             "of your own."
         ) from None
+    except OSError as exc:  # a path too long for the file system (ENAMETOOLONG)
+        raise unwritable_state(root, exc) or exc from None
     if not stat.S_ISDIR(st.st_mode):
         raise _not_a_folder(root)
     owner = st.st_uid
@@ -255,19 +257,50 @@ def check_private(path: Path, st: os.stat_result, want_dir: bool, remedy: str) -
         raise _refuse(path, f"has {st.st_nlink} names (hard links)", remedy)
 
 
+def unwritable_state(folder: Path, exc: OSError) -> HomeError | None:
+    """What an OSError making or opening something in the state folder `folder` says when the
+    file system, not whoever controls the path, is the cause: a read-only file system (EROFS),
+    or a path longer than the file system takes (ENAMETOOLONG). None for any other error: a
+    link or another user's file is `check_private`'s paragraph, which these must never get
+    (nothing there was planted, and removing it would not help)."""
+    if exc.errno == errno.EROFS:
+        return HomeError(
+            f"the state folder {quoted(str(folder))} is on a read-only file system: gpudesk "
+            "keeps its engine's database, logs and sockets there and must write them. Remount "
+            "it read-write, or set GPUDESK_HOME (a system engine: --state-dir) to a folder on a "
+            "writable file system."
+        )
+    if exc.errno == errno.ENAMETOOLONG:
+        return HomeError(
+            f"the state folder {quoted(str(folder))} cannot be used: {too_long_text(exc)}. Set "
+            "GPUDESK_HOME (a system engine: --state-dir) to a shorter path."
+        )
+    return None
+
+
+def too_long_text(exc: OSError) -> str:
+    """An ENAMETOOLONG said with the limits it passed, for a paragraph that names the path."""
+    limits = f"{os.pathconf('/', 'PC_PATH_MAX')} bytes, each name in it"
+    return f"{exc.strerror} (a path holds at most {limits} {os.pathconf('/', 'PC_NAME_MAX')})"
+
+
 def private_dir(path: Path, remedy: str) -> Path:
     """A folder only this user can reach: made 0700 when missing (its parents as usual), checked
     when present (not a link, a folder, this user's; group and other access removed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700)
-    # O_NOFOLLOW: a link in the last component fails here instead of being followed; the
-    # checks and the chmod act on the folder that was opened, not on a name that could change.
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
+        # O_NOFOLLOW: a link in the last component fails here instead of being followed; the
+        # checks and the chmod act on the folder that was opened, not on a name that could
+        # change.
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         if isinstance(exc, FileNotFoundError):
             raise
+        said = unwritable_state(path, exc)
+        if said is not None:
+            raise said from None
         check_private(path, os.lstat(path), True, remedy)  # says why (a link, a file, …)
         raise _refuse(path, f"cannot be opened ({exc.strerror})", remedy) from None
     try:
@@ -275,6 +308,8 @@ def private_dir(path: Path, remedy: str) -> Path:
         check_private(path, st, True, remedy)
         if st.st_mode & 0o077:
             os.fchmod(fd, 0o700)
+    except OSError as exc:  # the chmod, on a read-only file system
+        raise unwritable_state(path, exc) or exc from None
     finally:
         os.close(fd)
     return path
@@ -290,12 +325,14 @@ def open_private_file(path: Path, flags: int, remedy: str) -> int:
     except OSError as exc:
         if isinstance(exc, FileNotFoundError):
             raise
+        said = unwritable_state(path.parent, exc)
         try:
             st = os.lstat(path)
         except OSError:
-            raise _refuse(path, f"cannot be opened ({exc.strerror})", remedy) from None
-        check_private(path, st, False, remedy)
-        raise _refuse(path, f"cannot be opened ({exc.strerror})", remedy) from None
+            raise said or _refuse(path, f"cannot be opened ({exc.strerror})", remedy) from None
+        check_private(path, st, False, remedy)  # a link or another's file: said so first
+        # else a plain file of this user, on a read-only file system, say
+        raise said or _refuse(path, f"cannot be opened ({exc.strerror})", remedy) from None
     try:
         check_private(path, os.fstat(fd), False, remedy)
         os.set_blocking(fd, True)

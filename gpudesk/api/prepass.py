@@ -103,7 +103,7 @@ def prepass_output(job: JobView) -> dict[str, Any] | None:
         if line.startswith("{"):
             try:
                 value = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # the job's output: `[[[[…` is not its entry
                 continue
             if isinstance(value, dict) and value.get("key"):
                 return value

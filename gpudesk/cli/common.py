@@ -187,6 +187,10 @@ def factory_kwargs(pairs: list[str]) -> dict[str, Any]:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
             out[key] = value
+        except RecursionError:  # `[[[[…` nested past the stack: neither JSON nor meant as text
+            raise typer.BadParameter(
+                f"{quoted(key)}: its JSON value is nested too deeply to read", param_hint="--arg"
+            ) from None
     return out
 
 

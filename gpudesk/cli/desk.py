@@ -42,6 +42,7 @@ def open_desk(readonly: bool, refresh: float, replay: Path | None) -> None:
 
         require_running()
     from gpudesk.screens import DeskFailed, DeskSignalled, run_desk
+    from gpudesk.screens.feed import BadRecording
 
     try:
         message = run_desk(readonly=readonly, refresh_s=refresh, replay=replay)
@@ -49,6 +50,8 @@ def open_desk(readonly: bool, refresh: float, replay: Path | None) -> None:
         fail(f"{exc}; the message above says what went wrong")
     except DeskSignalled as exc:
         raise typer.Exit(128 + exc.signum) from None
+    except BadRecording as exc:
+        fail(f"--replay: {exc}", EXIT_USAGE)
     if message:
         print(message)
 
@@ -71,6 +74,12 @@ def desk(
 
     It starts the engine when none runs (with --readonly it does not: it watches a running
     one). `q` closes the desk and leaves the engine and its jobs running."""
-    if replay is not None and not replay.is_file():
-        fail(f"--replay: {replay} is not a file", EXIT_USAGE)
+    if replay is not None:
+        from gpudesk.cli.report_file import too_long_problem
+
+        too_long = too_long_problem(replay)  # is_file() raised it as a traceback
+        if too_long is not None:
+            fail(f"--replay: {too_long}", EXIT_USAGE)
+        if not replay.is_file():
+            fail(f"--replay: {replay} is not a file", EXIT_USAGE)
     open_desk(readonly, refresh, replay)

@@ -36,7 +36,13 @@ def _station_from_options(
     try:
         return StationConfig.from_dict(given), tuple(given)
     except ValueError as exc:
-        fail(str(exc), EXIT_USAGE)
+        # said as the option that gave it (`--slots: …`), not as the [station] key: a value a
+        # config file gave is then said as the file's, with its line (main._said_as_config)
+        message = str(exc)
+        for key in given:
+            if message.startswith(f"station.{key}: "):
+                message = f"--{key}: {message.removeprefix(f'station.{key}: ')}"
+        fail(message, EXIT_USAGE)
 
 
 @engine_app.command("start")

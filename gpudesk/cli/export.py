@@ -21,7 +21,12 @@ import typer
 
 from gpudesk.cli.common import cluster_with_options, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
-from gpudesk.cli.report_file import folder_path_problem, gpudesk_homes, home_holding
+from gpudesk.cli.report_file import (
+    folder_path_problem,
+    gpudesk_homes,
+    home_holding,
+    too_long_problem,
+)
 from gpudesk.text import is_text, printable_line, quoted
 
 if TYPE_CHECKING:
@@ -56,6 +61,9 @@ def _check_dir(target: Path, force: bool) -> Path:
             "and sockets; name a folder elsewhere for the scripts",
             EXIT_USAGE,
         )
+    too_long = too_long_problem(target)  # is_symlink() raised it as a traceback
+    if too_long is not None:
+        fail(f"{too_long}; name a shorter folder for the scripts", EXIT_USAGE)
     if target.is_symlink():
         fail(
             f"{target} is a symbolic link; gpudesk writes the scripts into a real folder only, "

@@ -425,19 +425,19 @@ def logs(
                     f"job {data.job.id} has no attempt {attempt} (it has {len(data.attempts)})",
                     EXIT_USAGE,
                 )
-        if json_out:
-            _print_log_json(client, data, attempts[-1] if attempts else None, lines)
-            return
-        if data.array is not None:  # on stderr: stdout is the job's output, as it wrote it
+        if data.array is not None and not json_out:  # on stderr: stdout is the job's output
             said = job_extras_view.array_tasks_text(data.array)
             print(
                 f"job {data.job.id} is task {data.job.spec.array_task} of {said}", file=sys.stderr
             )
-        if not follow and (not attempts or attempts[-1].state == "launch_failed"):
+        if not json_out and not follow and (not attempts or attempts[-1].state == "launch_failed"):
             print(_no_output(data, attempts[-1] if attempts else None), file=sys.stderr)
             return
-        follower = _stdout_follower(client, data, raw)
         try:
+            if json_out:  # a log the job replaced (a link, a FIFO) is refused as plain logs'
+                _print_log_json(client, data, attempts[-1] if attempts else None, lines)
+                return
+            follower = _stdout_follower(client, data, raw)
             if follow and attempt is None:
                 with engine_kept_waiting(client.home, f"job {data.job.id}"):
                     ended = follower.follow(lines)

@@ -36,8 +36,12 @@ def plot_target(text: str | None, *, machine_output: str | None = None) -> PlotT
     for programs (`--json`, `--format csv`), which `--plot -` would break."""
     if text is None:
         return None
+    from gpudesk.cli.report_file import too_long_problem
     from gpudesk.plots.common import PlotError, PlotTarget
 
+    too_long = None if text == "-" else too_long_problem(Path(text))
+    if too_long is not None:  # before parse(), whose look at the path raised OSError
+        fail(f"--plot: {too_long}", EXIT_USAGE)
     try:
         target = PlotTarget.parse(text)
     except PlotError as exc:

@@ -24,7 +24,7 @@ from typing import NoReturn
 
 from gpudesk.cli.common import fail
 from gpudesk.cli.exit_codes import EXIT_USAGE
-from gpudesk.paths import file_kind
+from gpudesk.paths import file_kind, too_long_text
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -127,6 +127,18 @@ def check_report_path(
         refuse(f"its folder {folder} {trouble}")
 
 
+def too_long_problem(path: Path) -> str | None:
+    """ "{path} cannot be used: File name too long (…)" where `path`, or a name in it, is longer
+    than the file system takes (ENAMETOOLONG: no file can ever be there, and each later look
+    at it raised OSError as a traceback); None otherwise."""
+    try:
+        os.lstat(path)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return f"{path} cannot be used: {too_long_text(exc)}"
+    return None
+
+
 def folder_problem(folder: Path) -> str | None:
     """What keeps a new file from being made in `folder`, the end of a sentence that names it
     ("does not exist; make it first …"); None when nothing does."""
@@ -190,6 +202,9 @@ def new_file_problem(path: Path) -> str | None:
     trouble = folder_problem(folder)
     if trouble is not None:
         return f"{path}: its folder {folder} {trouble}"
+    too_long = too_long_problem(path)
+    if too_long is not None:
+        return too_long
     try:
         os.stat(path)
     except OSError as exc:

@@ -424,7 +424,8 @@ def read_exit(attempt_dir: str | Path) -> ExitRecord | None:
         data = json.loads((Path(attempt_dir) / EXIT_FILE).read_text())
         exit_code, sig = data["exit_code"], data.get("signal")
         ended_at, error = data.get("ended_at"), data.get("error")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    # RecursionError: the job wrote `[[[[…` nested past the stack there, no record either
+    except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
         return None
     if not (_small_int(exit_code) and (sig is None or _small_int(sig))):
         return None
@@ -449,7 +450,8 @@ def read_wrapper(attempt_dir: str | Path) -> WrapperRecord | None:
             float(started) if started is not None else None,
             str(containment) if containment is not None else None,
         )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    # RecursionError: the job wrote `[[[[…` nested past the stack there, no record either
+    except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
         return None
 
 

@@ -67,7 +67,7 @@ def encode(kind: str, **fields: Any) -> bytes:
 def decode(raw: bytes) -> dict[str, Any]:
     try:
         message = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # a producer's `[[[[…` nested past the stack
         raise LoaderError(f"a malformed loader message ({exc})") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise LoaderError("a loader message without a type")
@@ -89,7 +89,7 @@ def read_info(path: Path, owner_uid: int | None = None) -> dict[str, Any] | None
 
     try:
         data = json.loads(read_untrusted(path, owner_uid, INFO_MAX_BYTES))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):  # not JSON, or nested past the stack
         return None
     return data if isinstance(data, dict) else None
 

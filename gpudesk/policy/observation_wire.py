@@ -46,6 +46,8 @@ def observation_from_json(text: str) -> Observation:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"observation is not JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("observation is not JSON: it is nested too deeply to read") from None
     return observation_from_dict(raw)
 
 

@@ -461,6 +461,10 @@ def _decoded(model: type[Model], data: Any, what: str) -> Model:
     return decode(model, json.dumps(data).encode(), what)
 
 
+class BadRecording(ValueError):
+    """A replay file that cannot be read or is no recording: one sentence naming it."""
+
+
 def load_recording(path: Path) -> tuple[list[Frame], dict[int, JobDetail], MigPlanResult | None]:
     """The frames, job details and MIG plan of a recording (tests/desk/record_replay.py writes
     them; its docstring describes the file). A frame that leaves out the status or the jobs
@@ -522,8 +526,24 @@ class ReplayFeed:
 
     @classmethod
     def load(cls, path: Path, readonly_reason: str | None = "a recorded replay") -> ReplayFeed:
-        frames, shows, plan = load_recording(path)
-        return cls(frames, shows, plan, readonly_reason)
+        """Raises BadRecording, one sentence, for a file that cannot be read or is no
+        recording (`desk --replay` of any JSON, or of `[[[[…` nested past the stack, raised a
+        traceback)."""
+        try:
+            frames, shows, plan = load_recording(path)
+            return cls(frames, shows, plan, readonly_reason)
+        except OSError as exc:
+            raise BadRecording(f"cannot read {path}: {exc.strerror or exc}") from None
+        except (
+            ValueError,
+            RecursionError,
+            KeyError,
+            TypeError,
+            AttributeError,
+            EngineError,
+        ) as exc:
+            why = "it is nested too deeply to read" if isinstance(exc, RecursionError) else exc
+            raise BadRecording(f"{path} is not a recording of the desk: {why}") from None
 
     def next_frame(self, timeout: float) -> Frame | None:
         if self.position >= len(self.frames):

@@ -197,7 +197,8 @@ class SelectionCache:
         try:
             meta = json.loads((folder / META).read_text())
             sums = meta["sha256"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        # RecursionError: `[[[[…` nested past the stack is as damaged as any other
+        except (OSError, ValueError, RecursionError, KeyError, TypeError) as exc:
             raise CorruptEntry(f"{META}: {exc}") from None
         arrays: dict[str, np.ndarray | None] = {"labels": None, "duplicates": None}
         for name in ARRAYS:

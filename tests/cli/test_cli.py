@@ -267,6 +267,20 @@ def test_run_exits_non_zero_when_a_job_fails_and_json_report(
     assert "bad  failed: exit code 4" in result.stderr  # progress goes to stderr with --json
 
 
+def test_a_result_line_nested_past_the_stack_does_not_stop_the_report(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """A job's `result {"x": [[[[…` 100,000 deep is not a result (json raised RecursionError,
+    and the report ended in a traceback): the report is printed, the exit is the jobs'."""
+    script = "print('result {\"acc\": 0.5, \"x\": ' + '[' * 100000 + ']' * 100000 + '}')"
+    profile = long_jobs_profile(tmp_path, [sys.executable, "-c", script], repeat=1)
+    result = gpudesk("run", str(profile), "--json")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    (job,) = json.loads(result.stdout)["jobs"]
+    assert job["state"] == "succeeded"
+
+
 @pytest.mark.parametrize(
     "body, fragment",
     [

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle
 
+from gpudesk.paths import Home
+
 GPUDESK = [sys.executable, "-m", "gpudesk"]
 
 
@@ -132,6 +134,26 @@ def test_a_value_gpudesks_own_checks_refuse_names_the_file_its_line_and_key(
     typed = submit("--time", "later", "--max-attempts", "1")  # typed: the option is named
     assert typed.returncode == 2 and typed.stderr.startswith("error: --time: 'later'"), typed
     assert engine.client.request("jobs")["jobs"] == []
+
+
+def test_an_engine_setting_its_own_checks_refuse_names_the_file_its_line_and_key(
+    home: Home, tmp_path: Path
+) -> None:
+    """`[engine.start] slots = -3` was said as the station's key (`station.slots: expected …`),
+    naming neither the file nor the line; typed, it names the option (`--slots`)."""
+    config = tmp_path / "config.toml"
+    config.write_text("[engine.start]\nslots = -3\n")
+    refused = gpudesk(config, "engine", "start")
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith(
+        f"error: {config}:2: [engine.start] slots: expected a whole number from 1 to 4096, "
+        "found -3 (integer) (a default from the config file; --slots on the command line "
+        "overrides it)"
+    ), refused.stderr
+    assert refused.stderr.count("\n") == 1
+    typed = gpudesk("", "engine", "start", "--slots", "-3")
+    assert typed.returncode == 2 and typed.stderr.startswith("error: --slots: expected"), typed
+    assert not home.db.exists()  # refused before any engine started
 
 
 @pytest.mark.parametrize(

@@ -158,3 +158,15 @@ def test_a_system_engine_for_a_group_that_does_not_exist_is_bad_input(tmp_path: 
         "error: the engine did not start: --group gd-no-such-group-x1: there is no such group"
     ), done.stderr
     assert not socket.exists()
+
+
+def test_a_home_whose_path_is_too_long_is_one_paragraph(tmp_path: Path) -> None:
+    """A name in GPUDESK_HOME past the file system's 255 bytes: stat() and mkdir() raise
+    ENAMETOOLONG, which was a traceback (`engine start`, `top --once`: from check_owner)."""
+    long_home = tmp_path / ("x" * 300)
+    for args in (("submit", "--", "true"), ("engine", "start"), ("top", "--once"), ("queue",)):
+        one_paragraph(
+            gpudesk({"GPUDESK_HOME": str(long_home)}, *args),
+            f"the state folder '{long_home}' cannot be used: File name too long",
+            "Set GPUDESK_HOME",
+        )

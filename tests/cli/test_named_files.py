@@ -62,6 +62,16 @@ def test_a_device_named_as_the_truth_gets_one_sentence() -> None:
     )
 
 
+def test_json_nested_past_the_stack_gets_one_sentence(tmp_path: Path) -> None:
+    """json recurses once per level: `[[[[…` 100,000 deep was a RecursionError traceback."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    said = one_sentence(gpudesk("simulate", str(deep)))
+    assert said == f"error: {deep} is not a JSON trace: it is nested too deeply to read"
+    said = one_sentence(gpudesk("simulate", str(TRACE), "--truth", str(deep), "-p", "auto"))
+    assert said == f"error: --truth: {deep} is not JSON: it is nested too deeply to read"
+
+
 def test_a_device_named_as_the_config_file_gets_one_sentence() -> None:
     said = one_sentence(gpudesk("simulate", str(TRACE), env={"GPUDESK_CONFIG": "/dev/zero"}))
     assert said == (

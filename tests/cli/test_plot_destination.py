@@ -43,6 +43,8 @@ def destination(tmp_path: Path, kind: str) -> tuple[Path, str]:
     if kind == "file loop":
         (tmp_path / "x.svg").symlink_to(tmp_path / "x.svg")
         return tmp_path / "x.svg", f"{tmp_path / 'x.svg'} is a symbolic link that leads back"
+    if kind == "name too long":  # stat() raised ENAMETOOLONG as a traceback
+        return tmp_path / f"{'x' * 300}.svg", "cannot be used: File name too long"
     assert kind == "link into no folder"
     (tmp_path / "x.svg").symlink_to(tmp_path / "gone" / "x.svg")
     return tmp_path / "x.svg", f"whose folder {tmp_path / 'gone'} does not exist"
@@ -51,7 +53,14 @@ def destination(tmp_path: Path, kind: str) -> tuple[Path, str]:
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize(
     "kind",
-    ["missing folder", "file as folder", "folder loop", "file loop", "link into no folder"],
+    [
+        "missing folder",
+        "file as folder",
+        "folder loop",
+        "file loop",
+        "link into no folder",
+        "name too long",
+    ],
 )
 def test_a_plot_file_that_cannot_be_written_is_refused_before_any_work(
     tmp_path: Path, command: str, kind: str

@@ -66,3 +66,11 @@ def test_best_by_goal_first_wins_a_tie() -> None:
 )
 def test_watt_hours(joules: float | None, shown: str) -> None:
     assert watt_hours(joules) == shown
+
+
+def test_a_result_line_nested_past_the_stack_is_no_result() -> None:
+    """json recurses once per level: `[[[[…` 100,000 deep raised RecursionError through
+    `gpudesk run`'s report (and the MLflow tracker's)."""
+    deep = 'result {"acc": 0.5, "x": ' + "[" * 100_000 + "]" * 100_000 + "}\n"
+    assert last_result('result {"acc": 0.25}\n' + deep) == {"acc": 0.25}
+    assert last_result(deep) is None

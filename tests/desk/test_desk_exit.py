@@ -147,3 +147,50 @@ def test_a_dumb_terminal_is_refused_in_one_line_pointing_to_top(
     assert said in line and "`gpudesk top`" in line, line
     assert drawn == b""  # no escape sequence reached the terminal
     assert EngineHandle(home).pid is None
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [
+        ("x" * 300, "cannot be used: File name too long"),  # was an OSError traceback
+        ("missing.json", "is not a file"),
+    ],
+    ids=["name too long", "missing"],
+)
+def test_a_replay_file_that_cannot_be_is_one_usage_paragraph(
+    home: Home, tmp_path: Path, name: str, said: str
+) -> None:
+    replay = tmp_path / name
+    done = subprocess.run(
+        [sys.executable, "-m", "gpudesk", "desk", "--replay", str(replay)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"error: --replay: {replay} {said}\n" or (
+        done.stderr.startswith(f"error: --replay: {replay} {said} (a path holds at most")
+        and done.stderr.count("\n") == 1
+    ), done.stderr
+    assert not home.root.exists()  # refused before any engine was started
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "is not a recording of the desk: it is nested too deeply"),
+        ('{"frames": 5}', "is not a recording of the desk: 'int' object is not iterable"),
+        ('{"frames": []}', "is not a recording of the desk: a replay needs at least one frame"),
+    ],
+    ids=["nested past the stack", "frames not a list", "no frame"],
+)
+def test_a_replay_that_is_no_recording_is_one_usage_paragraph(
+    tmp_path: Path, content: str, said: str
+) -> None:
+    """On a terminal (the desk refuses a pipe first): each was a traceback."""
+    replay = tmp_path / "replay.json"
+    replay.write_text(content)
+    code, out = run_on_pty([sys.executable, "-c", SCRIPT, "present", str(replay)], b"")
+    assert code == 2, out[-2000:]
+    assert "Traceback" not in out, out[-2000:]
+    assert f"error: --replay: {replay} {said}" in out, out[-2000:]

@@ -66,3 +66,10 @@ def test_engine_set_with_a_value_past_the_parsers_limits_is_one_paragraph(
 ) -> None:
     """The value is taken as the word it is, and the setting's own check refuses it."""
     refuses(gpudesk("", "engine", "set", f"slots={value}"), "station.slots")
+
+
+def test_a_factory_argument_nested_past_the_stack_is_one_paragraph(home: Home) -> None:
+    """`--arg key=VALUE` reads VALUE as JSON where it parses: `[[[[…` raised RecursionError."""
+    done = gpudesk("", "loader", "serve", "syn", "--dataset", "m:f", "--arg", f"x={DEEP}")
+    assert done.returncode == 2, done.stderr
+    refuses(done, "--arg", "'x': its JSON value is nested too deeply to read")

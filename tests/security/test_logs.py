@@ -380,28 +380,39 @@ GPUDESK = [sys.executable, "-m", "gpudesk"]
 
 
 def test_gpudesk_logs_refuses_a_fifo_in_one_paragraph(engine: EngineHandle) -> None:
-    """`gpudesk logs` of a job whose output.log became a FIFO (read directly, as a personal
-    engine's user reads it): one paragraph on stderr and a non-zero exit, no traceback and no
-    hang (today it blocks in open() for good)."""
+    """`gpudesk logs` of a job whose output.log became a FIFO or a link (read directly, as a
+    personal engine's user reads it): one paragraph on stderr and a non-zero exit, no traceback
+    and no hang (it blocked in open() for good); `--json` the same paragraph and exit (it was
+    an UntrustedFileError traceback)."""
     [job_id] = engine.submit({"name": "printer", "command": ["echo", "hello"]})
     log = Path(engine.wait_state(job_id, "succeeded").log)
-    log.unlink()
-    os.mkfifo(log, 0o600)
-    try:
+    for plant, said in (
+        (lambda: os.mkfifo(log, 0o600), "not a regular file"),
+        (lambda: log.symlink_to("/dev/zero"), "is a link, not followed"),
+    ):
+        log.unlink()
+        plant()
         try:
-            done = subprocess.run(
-                [*GPUDESK, "logs", str(job_id)], capture_output=True, text=True, timeout=60
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise AssertionError("gpudesk logs hangs on a FIFO at the job's log") from exc
-        assert done.returncode != 0, done
-        assert "Traceback" not in done.stderr, done.stderr
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-        assert "output.log" in lines[0] and "not a regular file" in lines[0], lines[0]
-    finally:
-        with contextlib.suppress(OSError):
-            os.close(os.open(log, os.O_WRONLY | os.O_NONBLOCK))
+            refusals = [refused_logs(str(job_id), *extra) for extra in ((), ("--json",))]
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(os.open(log, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW))
+        (code, line), (json_code, json_line) = refusals
+        assert "output.log" in line and said in line, line
+        assert (json_code, json_line) == (code, line)
+
+
+def refused_logs(*args: str) -> tuple[int, str]:
+    """(exit status, its one stderr line) of a `gpudesk logs` that must refuse, quickly."""
+    try:
+        done = subprocess.run([*GPUDESK, "logs", *args], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError("gpudesk logs hangs on a FIFO at the job's log") from exc
+    assert done.returncode != 0 and done.stdout == "", done
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    return done.returncode, lines[0]
 
 
 @pytest.mark.parametrize("kind", sorted(PLANTS))

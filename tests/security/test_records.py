@@ -63,3 +63,13 @@ def test_a_job_cannot_rewrite_or_plant_the_records_root_reads(station: Station) 
         info = os.stat(path)
         assert info.st_uid == 0 and not info.st_mode & 0o022, path
     assert os.stat(log).st_uid == ada.uid  # her log: the one thing there that is hers
+
+
+@pytest.mark.parametrize("record", ["exit.json", "wrapper.json"])
+def test_a_record_nested_past_the_stack_is_no_record(tmp_path: Path, record: str) -> None:
+    """Under a user's own engine the job runs as the engine's user and can write its records:
+    `[[[[…` 100,000 deep raised RecursionError (not a ValueError) into the engine."""
+    from gpudesk.hw.runner import read_exit, read_wrapper
+
+    (tmp_path / record).write_text("[" * 100_000 + "]" * 100_000)
+    assert read_exit(tmp_path) is None and read_wrapper(tmp_path) is None

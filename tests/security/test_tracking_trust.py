@@ -307,3 +307,9 @@ def test_a_result_line_no_float_holds_does_not_trip_the_engine(station: Station)
 def test_a_result_number_no_float_holds_is_skipped() -> None:
     line = 'result {"acc": 0.5, "huge": 1' + "0" * 400 + ', "nan": NaN}'
     assert content.result_points(line, 0) == [messages.MetricPoint("result/acc", 0.5, 0, 0)]
+
+
+def test_a_result_line_nested_past_the_stack_is_skipped() -> None:
+    deep = 'result {"x": ' + "[" * 100_000 + "]" * 100_000 + "}\n"
+    line = deep + 'result {"acc": 0.5}\n'
+    assert content.result_points(line, 0) == [messages.MetricPoint("result/acc", 0.5, 0, 0)]

@@ -199,7 +199,9 @@ def test_cache_keys_are_stable_and_separate_what_differs() -> None:
     assert key != cache_key("fp1-abc", "el2n", {"epochs": 2, "seed": 0}, "cnn")
 
 
-@pytest.mark.parametrize("damage", ["flip a byte", "truncate", "drop the meta", "bad json"])
+@pytest.mark.parametrize(
+    "damage", ["flip a byte", "truncate", "drop the meta", "bad json", "nested json"]
+)
 def test_a_damaged_entry_is_detected_moved_aside_and_recomputed(
     digits, tmp_path: Path, damage: str
 ) -> None:
@@ -216,6 +218,8 @@ def test_a_damaged_entry_is_detected_moved_aside_and_recomputed(
         order_file.write_bytes(order_file.read_bytes()[:40])
     elif damage == "drop the meta":
         os.remove(meta)
+    elif damage == "nested json":  # past the stack: a RecursionError, not a ValueError
+        meta.write_text("[" * 100_000 + "]" * 100_000)
     else:
         meta.write_text("{not json")
     assert cache.load(first.key) is None

@@ -802,6 +802,7 @@ def test_a_dir_that_can_never_be_a_folder_is_refused_and_nothing_written(
         ("file/out", "lies under a file, not a folder"),
         ("gone/out", "/gone, a symbolic link to nowhere, which does not exist"),
         (os.fsdecode(b"out\xff"), "out\\xff' holds bytes that are not UTF-8"),
+        ("x" * 300, "cannot be used: File name too long"),  # was an OSError traceback
     ):
         code, _, stderr = gpudesk("export", "slurm", str(good), str(tmp_path / into), "--no-ask")
         assert code == 2 and said in stderr, (into, stderr)
