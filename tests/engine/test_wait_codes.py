@@ -76,7 +76,9 @@ def test_a_part_held_by_its_client_is_told_from_a_users_hold_also_once_read_back
     """A job held by the client sending its submission in parts waits as JobHeldClient, not
     JobHeldUser (before: the user's code, as if they had held it; only `show` told them apart,
     by the hold event's words). The kind is stored: an engine reading the queue back at start
-    says the same; the user's own hold of that job then makes it theirs."""
+    finds the client's parts by it (that client lost the last engine, so they are cancelled:
+    tests/api/test_submit_parts.py) and leaves the user's hold as it is; the user's own hold
+    of a client's part makes it theirs."""
     engine = EngineInProcess(home, StationConfig(backend="none", slots=1))
     try:
         me = Caller.of_process()
@@ -86,7 +88,8 @@ def test_a_part_held_by_its_client_is_told_from_a_users_hold_also_once_read_back
         expected = {**dict.fromkeys(parts["ids"], "JobHeldClient"), users: "JobHeldUser"}
         assert queued_codes(engine, me) == expected
         engine.engine.recover()  # as at start: the queue read back from the store
-        assert queued_codes(engine, me) == expected
+        assert queued_codes(engine, me) == {users: "JobHeldUser"}
+        parts = engine.ok(me, "submit", jobs=jobs, hold=True, in_parts={"jobs": 4, "parts": 2})
         first = parts["ids"][0]
         engine.ok(me, "release", jobs=[first])
         engine.ok(me, "hold", jobs=[first])
