@@ -224,6 +224,30 @@ def _subfolders(folder: Path) -> list[Path]:
         return []
 
 
+@contextlib.contextmanager
+def mounted_tmpfs(folder: Path, options: str) -> Iterator[Path]:
+    """A tmpfs freshly mounted at `folder` (made here) with mount(8)'s `options`, unmounted after
+    whatever happened; the test skips, saying why, where none can be (not root, no mount(8), a
+    refusal)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    if shutil.which("mount") is None:
+        pytest.skip("no mount(8) here")
+    folder.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        if subprocess.run(["umount", str(folder)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
 def processes_in_group(pgid: int) -> list[psutil.Process]:
     """Written apart from gpudesk.hw.hostmetrics.group_processes on purpose: the tests'
     oracle for "no process survives" must not share a bug with the code it checks."""

@@ -11,7 +11,6 @@ import csv
 import dataclasses
 import io
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import EngineHandle, wait_for
+from conftest import EngineHandle, mounted_tmpfs, wait_for
 
 from gpudesk.cli import emissions
 from gpudesk.cli.emissions import EmissionsRow
@@ -34,24 +33,8 @@ TMPFS_SIZE = "24m"
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A freshly mounted 24 MiB tmpfs; unmounted after the test whatever happened."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    if shutil.which("mount") is None:
-        pytest.skip("no mount(8) here")
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with mounted_tmpfs(tmp_path / "disk", f"size={TMPFS_SIZE}") as mnt:
         yield mnt
-    finally:
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 @pytest.fixture

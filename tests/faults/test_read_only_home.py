@@ -10,15 +10,13 @@ user hunting for an attacker where there is a read-only mount. Real: a tmpfs mou
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import home_at, refuses, wait_for
+from conftest import home_at, mounted_tmpfs, refuses, wait_for
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
 READ_ONLY = "is on a read-only file system"
@@ -28,31 +26,11 @@ def gpudesk(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*GPUDESK, *args], capture_output=True, text=True, timeout=60)
 
 
-def mount_tmpfs(folder: Path, options: str) -> None:
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-
-
 @pytest.fixture
 def disk(tmp_path: Path) -> Iterator[Path]:
     """A fresh 4 MiB tmpfs, writable (a test remounts it read-only); unmounted after."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    if shutil.which("mount") is None:
-        pytest.skip("no mount(8) here")
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    mount_tmpfs(mnt, "size=4m")
-    try:
+    with mounted_tmpfs(tmp_path / "disk", "size=4m") as mnt:
         yield mnt
-    finally:
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def remount_read_only(mnt: Path) -> None:
