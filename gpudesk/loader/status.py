@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from gpudesk.loader.protocol import (
     EXITED,
     STEP_MS,
+    LoaderError,
     decode,
     encode,
     final_failure,
@@ -93,7 +94,10 @@ def answer(
                 "name": info.get("name"),
                 "error": f"its producer did not answer within {STATUS_TIMEOUT_MS / 1000:.0f} s",
             }
-    reply = decode(sock.recv())
+    try:
+        reply = decode(sock.recv())
+    except LoaderError as exc:  # on a station a member's producer answers: hers, not a fault
+        return {"name": info.get("name"), "error": f"its producer answered no status ({exc})"}
     reply.pop("type", None)
     return reply
 

@@ -290,23 +290,27 @@ HOSTILE = textwrap.dedent("""
     sock = zmq.Context.instance().socket(zmq.ROUTER)
     sock.bind(f"ipc://{path}")
     print("ready", flush=True)
-    junk = {"type": "status", "name": sys.argv[2], "pid": os.getpid(),
-            "consumers": "all of them", "orphaned": "since forever"}
+    junk = json.dumps({"type": "status", "name": sys.argv[2], "pid": os.getpid(),
+                       "consumers": "all of them", "orphaned": "since forever"}).encode()
+    if sys.argv[3] == "nested":  # valid JSON that json.loads cannot take: past the stack
+        junk = b'{"type": "status", "consumers": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     end = time.monotonic() + 60
     while time.monotonic() < end:
         if sock.poll(100):
             who, _ = sock.recv_multipart()
-            sock.send_multipart([who, json.dumps(junk).encode()])
+            sock.send_multipart([who, junk])
 """)
 
 
+@pytest.mark.parametrize("junk", ["shape", "nested"])
 def test_a_members_forged_status_breaks_no_ones_view(
-    station: tuple[Station, str, Path],
+    station: tuple[Station, str, Path], junk: str
 ) -> None:
     """What a member's producer answers is hers: ada binds her own socket at her loader's
     control path and answers root's status requests with a report of the wrong shape (a
-    string for its consumers, another for its orphaned state). Root keeps the last report
-    that was a LoaderStatus, and bob's `status`, with the producers asked afresh, still
+    string for its consumers, another for its orphaned state), or with JSON nested past
+    Python's stack (a RecursionError, which root's decoding let through). Root keeps the last
+    report that was a LoaderStatus, and bob's `status`, with the producers asked afresh, still
     answers; before, root passed her JSON into every member's view, and the view failed to
     build for everyone."""
     st, python, script = station
@@ -316,7 +320,10 @@ def test_a_members_forged_status_breaks_no_ones_view(
     producer_of(st, "own")  # it serves
     control = st.socket.parent / "loaders" / "own" / "own.ctl"
     hostile = subprocess.Popen(
-        ["runuser", "-u", st.users["ada"].name, "--", python, "-c", HOSTILE, str(control), "own"],
+        [
+            *("runuser", "-u", st.users["ada"].name, "--", python, "-c", HOSTILE),
+            *(str(control), "own", junk),
+        ],
         stdout=subprocess.PIPE,
         text=True,
         cwd="/",
