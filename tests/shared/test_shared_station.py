@@ -63,6 +63,27 @@ def test_one_user_cannot_control_anothers_job_and_an_admin_can(station: Station)
     assert station.wait_state(job_id, "cancelled")["state"] == "cancelled"
 
 
+def test_an_arrays_id_reaches_no_task_of_another_member(station: Station) -> None:
+    """An array's id names all its tasks (as Slurm's `scancel 144`): bob naming ada's array by
+    its id, or one task as `ID_TASK`, is refused for each of her tasks, none touched; an admin's
+    cancel by the id reaches every task."""
+    tasks = [
+        {"name": f"ada-{k}", "command": ["sleep", "30"], "array_task": k}
+        | ({"array_job": -1} if k else {})
+        for k in range(3)
+    ]
+    ids = station.ok("ada", "submit", jobs=tasks, env={"PATH": "/usr/bin:/bin"}, hold=True)["ids"]
+    for ref in (ids[0], f"{ids[0]}_2"):
+        results = station.ok("bob", "cancel", jobs=[ref])["results"]
+        assert [r["id"] for r in results] == (ids if ref == ids[0] else [ids[2]]), results
+        assert all(r["ok"] is False for r in results), results
+    assert all(
+        station.call("ada", "show", job=i)["result"]["job"]["state"] == "queued" for i in ids
+    )
+    results = station.ok("admin", "cancel", jobs=[ids[0]], grace=0)["results"]
+    assert [r["id"] for r in results] == ids and all(r["ok"] for r in results), results
+
+
 def test_a_non_admins_station_settings_are_reported_not_applied(station: Station) -> None:
     before = station.ok(None, "status")["station"]["policy"]
     wanted = "fifo" if before != "fifo" else "auto"
