@@ -540,6 +540,17 @@ class Home:
             "not at a link to one."
         )
 
+    def refusal(self) -> str | None:
+        """Why `ensure` would refuse this personal home (another user's folder, a link, a file)
+        or None, found without creating anything: what a read that starts no engine says."""
+        try:
+            check_owner(self.root)
+            with contextlib.suppress(FileNotFoundError):
+                check_private(self.root, os.lstat(self.root), True, self._home_remedy)
+        except HomeError as exc:  # UnsafePath too
+            return str(exc)
+        return None
+
     def checked_socket_dir(self) -> Path:
         """The socket folder, checked (nothing created): every folder on the way is this
         user's, none a link, so no one else can have put a socket there (a system engine's:

@@ -9,6 +9,8 @@ commands that change a job or the station. With none running in a personal home:
 - in a home where no engine has ever run (no store), the answer is known, and said in one line:
   nothing is queued (exit 0), no job has finished (exit 0), job N is unknown (exit 1, as for
   any unknown job);
+- in a home where `submit` would start none (GPUDESK_HOME a link, a file, another user's
+  folder): submit's refusal, exit 1, as `submit` gives it;
 - in a home whose engine has stopped, its jobs are in a store only an engine reads: one
   `error:` line says so and how to start it, exit 3 (as `gpudesk engine status` says).
 
@@ -90,6 +92,10 @@ def never_ran(home: Home) -> bool:
 
 
 def no_engine_line(home: Home) -> str:
+    """What a command says of a home where no engine ever ran; in one where `submit` would
+    start none (a link, another user's folder), submit's refusal instead, exit 1."""
+    if (refusal := home.refusal()) is not None:
+        fail(refusal, EXIT_FAILED)
     return f"no engine is running for {home.root} (`gpudesk submit` starts one)"
 
 

@@ -273,3 +273,31 @@ def test_an_engine_that_stops_while_wait_and_logs_f_wait_is_exit_3_and_its_jobs_
                 process.wait()
     engine.start()
     assert engine.job(long).state == "running"  # it went on
+
+
+@pytest.mark.parametrize("kind", ["a link to her folder", "a file"])
+@pytest.mark.parametrize(
+    "args", [("queue",), ("queue", "--json"), ("history",), ("show", "3"), ("cancel", "3")]
+)
+def test_a_read_in_a_home_submit_would_refuse_says_why_not_that_submit_starts_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, args: tuple[str, ...]
+) -> None:
+    """GPUDESK_HOME naming a link (or a file): `submit` refuses it, so a read must not answer
+    "nothing is queued (`gpudesk submit` starts one)" there; it gives submit's paragraph and
+    exit, and creates nothing."""
+    real = tmp_path / "real"
+    real.mkdir()
+    named = tmp_path / "named"
+    if kind == "a file":
+        named.write_text("")
+    else:
+        named.symlink_to(real)
+    monkeypatch.setenv("GPUDESK_HOME", str(named))
+    refused = gpudesk("submit", "--", "true")
+    done = gpudesk(*args)
+    assert refused.returncode == done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line == refused.stderr.strip() and "submit` starts one" not in line
+    assert ("symbolic link" if kind != "a file" else "not a folder") in line, line
+    assert not any(real.iterdir())
