@@ -717,11 +717,12 @@ def test_ctrl_c_anywhere_leaves_no_job_of_the_run_behind(
     wait_for(settled, 10.0, what="every job of the run to be cancelled")
 
 
-@pytest.mark.slow(12)
+@pytest.mark.slow(8)
 def test_quickstart_style_sweep_trains_for_real(engine: EngineHandle, tmp_path: Path) -> None:
-    """The real torch workload under the real engine (three tiny jobs of a quickstart-style
-    sweep): at 80 columns the report shows each job's result metrics and the best
-    configuration by the profile's [report] metric, and no line is wider than 80."""
+    """The real torch workload under the real engine (two tiny jobs of a quickstart-style
+    sweep; each job's CPU is mostly its `import torch`): at 80 columns the report shows each
+    job's result metrics and the best configuration by the profile's [report] metric, and no
+    line is wider than 80."""
     profile = write_profile(
         tmp_path,
         """
@@ -737,10 +738,6 @@ def test_quickstart_style_sweep_trains_for_real(engine: EngineHandle, tmp_path: 
         command = ["python", "-m", "gpudesk.workloads.digits", "--lr", "{lr}",
                    "--hidden", "{hidden}", "--epochs", "2"]
         grid = { lr = [0.003, 0.1], hidden = [32] }
-        [[jobs]]
-        name = "digits-lr0.05-h64"
-        command = ["python", "-m", "gpudesk.workloads.digits", "--lr", "0.05",
-                   "--hidden", "64", "--epochs", "2"]
     """,
     )
     env = {
@@ -770,7 +767,7 @@ def test_quickstart_style_sweep_trains_for_real(engine: EngineHandle, tmp_path: 
     assert not too_wide, result.stdout
     start = lines.index("results, best val_acc first:")
     assert lines[start + 1].split()[:3] == ["ID", "NAME", "val_acc"]
-    rows = [line.split() for line in lines[start + 2 : start + 5]]
+    rows = [line.split() for line in lines[start + 2 : start + 4]]
     assert [float(row[2]) for row in rows] == sorted(accuracy.values(), reverse=True)
     assert [accuracy[row[1]] for row in rows] == [float(row[2]) for row in rows]
     best_line = next(line for line in lines if line.startswith("best configuration: "))

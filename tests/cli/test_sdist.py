@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # What runs from the unpacked sdist: the vocabulary's tests and real engines being edited.
 RUN_FROM_IT = ("tests/core", "tests/engine/test_edit_live.py")
 IGNORED = ("__pycache__", "*.pyc", ".*_cache", ".hypothesis")
+# Installed plugins those tests do not use, blocked in their pytest: importing them (textual,
+# syrupy, hypothesis) was ~0.7 CPU-s of its start (as tests/contract/test_xdist_order.py's).
+UNUSED_PLUGINS = ("-p", "no:textual-snapshot", "-p", "no:syrupy", "-p", "no:hypothesispytest")
 
 
 def source_files(folder: str) -> set[str]:
@@ -104,7 +107,18 @@ def test_the_sdist_holds_the_tests_and_what_they_read_and_runs_them(tmp_path: Pa
     )
     assert which.stdout.strip() == str(unpacked / "gpudesk" / "__init__.py")
     ran = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *RUN_FROM_IT],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *UNUSED_PLUGINS,
+            "-n",
+            "0",
+            *RUN_FROM_IT,
+        ],
         cwd=unpacked,
         env=env,
         capture_output=True,

@@ -11,6 +11,8 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from test_xdist_order import UNUSED_PLUGINS  # same folder: on sys.path under pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -35,6 +37,7 @@ def test_a_pytest_a_test_starts_does_not_wait_on_the_runs_serial_gate() -> None:
                     "-q",
                     "-p",
                     "no:cacheprovider",
+                    *UNUSED_PLUGINS,
                     "-n",
                     "0",
                     "tests/core/test_reply_encoding.py",
