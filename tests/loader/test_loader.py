@@ -1025,16 +1025,17 @@ def test_consumers_wait_for_a_producer_preparing_its_selection(
 ) -> None:
     """A selection's pre-pass reads every sample before the producer serves (here 100 samples
     at 30 ms each): the producer says it is preparing, and a consumer that finds it so waits for
-    it instead of failing at once."""
-    loaders.serve(size=100, batch=10, cost_ms=30, selection="random-50", wait=False)
+    it instead of failing at once. It keeps 10 % of them: each sample served costs its 30 ms
+    again, and the pre-pass alone is the wait."""
+    loaders.serve(size=100, batch=10, cost_ms=30, selection="random-10", wait=False)
     wait_for(
         lambda: (read_info(home.loader_paths("syn")[2]) or {}).get("preparing"),
         30,
         what="the producer to say it is preparing",
     )
     (status,) = collect("syn", home=home)
-    assert status["preparing"] == "data selection random-50"
+    assert status["preparing"] == "data selection random-10"
     with SharedLoader("syn", with_ids=True, fallback=False, home=home.root) as loader:
         ids = [i for _, batch_ids in loader for i in batch_ids.tolist()]
-    assert len(ids) == len(set(ids)) == 50
-    assert "is preparing data selection random-50" in capsys.readouterr().err
+    assert len(ids) == len(set(ids)) == 10
+    assert "is preparing data selection random-10" in capsys.readouterr().err
