@@ -459,6 +459,40 @@ def loaders(home: Home, tmp_path: Path) -> Iterator[Loaders]:
         launcher.close()
 
 
+class SharedProducers:
+    """Producers that the tests of a module only read from, each started once, on first use (a
+    producer is a torch process: about 2 CPU-s to start), each named "syn" in a home of its own.
+    A test opens its own loaders and closes them. Used by a module-scoped fixture, with the
+    module in an xdist group of its own, so that its tests run on one worker."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.started: dict[str, tuple[Loaders, Producer | None]] = {}
+
+    def home_for(self, key: str, **settings: Any) -> Home:
+        """The home of the producer `key` (`Loaders.serve(**settings)`, the first call's),
+        once it has no consumer left and no slot in use (the test before closed its loaders).
+        A test finds it as a fresh one but for its stream's position, which its consumers join
+        wherever it is, as any consumer may. One that died is started again."""
+        if key not in self.started:
+            (self.root / key).mkdir()
+            self.started[key] = (Loaders(Home(self.root / key / "home"), self.root / key), None)
+        launcher, producer = self.started[key]
+        if producer is None or producer.proc.poll() is not None:
+            producer = launcher.serve(**{"idle_exit": 3600.0, **settings})
+            self.started[key] = (launcher, producer)
+        wait_for(
+            lambda: not (status := producer.status())["consumers"] and not status["slots_used"],
+            30,
+            what=f"producer {key} to have no consumer left",
+        )
+        return producer.home
+
+    def close(self) -> None:
+        for launcher, _ in self.started.values():
+            launcher.close()
+
+
 def local_epochs(home: Home, size: int, seed: int, batch: int, epochs: int) -> list[list[int]]:
     """The epochs of the local fallback (no producer) for the same dataset and seed."""
     loader = SharedLoader(
@@ -991,16 +1025,17 @@ def test_consumers_wait_for_a_producer_preparing_its_selection(
 ) -> None:
     """A selection's pre-pass reads every sample before the producer serves (here 100 samples
     at 30 ms each): the producer says it is preparing, and a consumer that finds it so waits for
-    it instead of failing at once."""
-    loaders.serve(size=100, batch=10, cost_ms=30, selection="random-50", wait=False)
+    it instead of failing at once. It keeps 10 % of them: each sample served costs its 30 ms
+    again, and the pre-pass alone is the wait."""
+    loaders.serve(size=100, batch=10, cost_ms=30, selection="random-10", wait=False)
     wait_for(
         lambda: (read_info(home.loader_paths("syn")[2]) or {}).get("preparing"),
         30,
         what="the producer to say it is preparing",
     )
     (status,) = collect("syn", home=home)
-    assert status["preparing"] == "data selection random-50"
+    assert status["preparing"] == "data selection random-10"
     with SharedLoader("syn", with_ids=True, fallback=False, home=home.root) as loader:
         ids = [i for _, batch_ids in loader for i in batch_ids.tolist()]
-    assert len(ids) == len(set(ids)) == 50
-    assert "is preparing data selection random-50" in capsys.readouterr().err
+    assert len(ids) == len(set(ids)) == 10
+    assert "is preparing data selection random-10" in capsys.readouterr().err

@@ -15,14 +15,14 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from conftest import wait_for
-from test_loader import FACTORY, Loaders, assert_exactly_once, canonical
+from test_loader import FACTORY, Loaders, SharedProducers, assert_exactly_once, canonical
 
 from gpudesk.loader import LoaderError, SharedLoader
 from gpudesk.loader.contract import Contract, Shard
@@ -39,6 +39,33 @@ def loaders(home: Home, tmp_path: Path) -> Iterator[Loaders]:
         yield launcher
     finally:
         launcher.close()
+
+
+# The tests that read the module-scoped producers (`read_from`) run on one worker, one after
+# another (--dist loadgroup): their producers are started once.
+READERS = pytest.mark.xdist_group("test_loader_contract_readers")
+
+
+@pytest.fixture(scope="module")
+def producers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedProducers]:
+    started = SharedProducers(tmp_path_factory.mktemp("producers"))
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+@pytest.fixture
+def read_from(producers: SharedProducers, monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """`read_from(size)`: this test's `shared` loaders read the module's producer of `size`
+    samples in batches of 8, which tests that only read from it share (GPUDESK_HOME is its
+    home); a consumer joins its stream wherever the tests before left it."""
+
+    def use(size: int) -> None:
+        home = producers.home_for(f"size-{size}", size=size, batch=8)
+        monkeypatch.setenv("GPUDESK_HOME", str(home.root))
+
+    return use
 
 
 def local(batch: int, size: int = SIZE, **options: Any) -> SharedLoader:
@@ -124,9 +151,12 @@ def test_batch_counts_and_drop_last() -> None:
 
 
 # -------------------------------------------------------------------------------- drop_last
+@READERS
 @pytest.mark.parametrize("batch", [8, 12])
-def test_drop_last_with_a_producer_and_locally(loaders: Loaders, batch: int) -> None:
-    loaders.serve(size=SIZE, batch=8)
+def test_drop_last_with_a_producer_and_locally(
+    read_from: Callable[[int], None], batch: int
+) -> None:
+    read_from(SIZE)
     full = SIZE // batch
     for loader in (shared(batch, drop_last=True), local(batch, drop_last=True)):
         batches = read(loader)
@@ -227,8 +257,11 @@ def test_ranks_whose_batch_counts_differ_are_told(loaders: Loaders) -> None:
 
 # ------------------------------------------------------------------------------- pin_memory
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU-only torch's behaviour")
-def test_pin_memory_without_cuda_says_so_and_hands_out_batches(loaders: Loaders) -> None:
-    loaders.serve(size=64, batch=8)
+@READERS
+def test_pin_memory_without_cuda_says_so_and_hands_out_batches(
+    read_from: Callable[[int], None],
+) -> None:
+    read_from(64)
     for make in (lambda: shared(8, pin_memory=True), lambda: local(8, 64, pin_memory=True)):
         with pytest.warns(UserWarning, match="no CUDA device"):
             loader = make()
@@ -237,8 +270,9 @@ def test_pin_memory_without_cuda_says_so_and_hands_out_batches(loaders: Loaders)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="pinning needs a CUDA device")
-def test_pin_memory_hands_out_page_locked_batches(loaders: Loaders) -> None:
-    loaders.serve(size=64, batch=8)
+@READERS
+def test_pin_memory_hands_out_page_locked_batches(read_from: Callable[[int], None]) -> None:
+    read_from(64)
     for loader in (shared(8, pin_memory=True, device="cpu"), local(8, 64, pin_memory=True)):
         pinned = 0
         for (features, labels), ids in loader:
@@ -272,15 +306,18 @@ def saved(state: dict[str, Any]) -> dict[str, Any]:
     return dict(torch.load(buffer, weights_only=True)["loader"])
 
 
+@READERS
 @pytest.mark.parametrize(
     ("batch", "options"),
     [(12, {}), (8, {"drop_last": True}), (4, {"shard": (1, 2)})],
     ids=["12-of-8", "drop_last", "shard"],
 )
-def test_resume_mid_epoch(loaders: Loaders, batch: int, options: dict[str, Any]) -> None:
+def test_resume_mid_epoch(
+    read_from: Callable[[int], None], batch: int, options: dict[str, Any]
+) -> None:
     """A job reads 5 batches, checkpoints and 'restarts' (a new loader): the resumed one yields
     exactly the rest of that epoch, with a producer and locally; then whole epochs again."""
-    loaders.serve(size=SIZE, batch=8)
+    read_from(SIZE)
     for make in (shared, local):
         first = make(batch, **options)
         whole = len(first)
@@ -301,8 +338,11 @@ def test_resume_mid_epoch(loaders: Loaders, batch: int, options: dict[str, Any])
         again.close()
 
 
-def test_resume_at_the_end_of_an_epoch_yields_nothing_more(loaders: Loaders) -> None:
-    loaders.serve(size=64, batch=8)
+@READERS
+def test_resume_at_the_end_of_an_epoch_yields_nothing_more(
+    read_from: Callable[[int], None],
+) -> None:
+    read_from(64)
     for make in (shared, local):
         loader = make(8) if make is shared else local(8, 64)
         batches, state = read_then_save(loader, 8)
@@ -315,8 +355,9 @@ def test_resume_at_the_end_of_an_epoch_yields_nothing_more(loaders: Loaders) -> 
         again.close()
 
 
-def test_a_state_of_another_mode_or_loader_is_refused(loaders: Loaders) -> None:
-    loaders.serve(size=SIZE, batch=8)
+@READERS
+def test_a_state_of_another_mode_or_loader_is_refused(read_from: Callable[[int], None]) -> None:
+    read_from(SIZE)
     producer_state = shared(8).state_dict()
     with pytest.raises(LoaderError, match="taken from a producer"):
         local(8).load_state_dict(producer_state)
@@ -358,16 +399,23 @@ def assert_each_job_once(
     single: list[dict[str, Any]],
     size: int,
 ) -> None:
-    assert [r["shard"] for r in (rank0[0], rank1[0], single[0])] == [[0, 2], [1, 2], None]
+    assert single[0]["shard"] is None
+    assert_the_ranks_once(rank0, rank1, size)
+    for epoch, one in enumerate(single):
+        assert one["ok"]
+        assert_exactly_once(one["ids"], size, f"the 1-rank job's epoch {epoch}")
+
+
+def assert_the_ranks_once(
+    rank0: list[dict[str, Any]], rank1: list[dict[str, Any]], size: int
+) -> None:
+    assert [r["shard"] for r in (rank0[0], rank1[0])] == [[0, 2], [1, 2]]
     for epoch, (a, b) in enumerate(zip(rank0, rank1, strict=True)):
         assert a["ok"] and b["ok"]
         assert a["stream_epoch"] == b["stream_epoch"], "the ranks read different epochs"
         assert a["steps"] == b["steps"] == a["len"] == b["len"] == -(-size // 2 // 4)
         assert not set(a["ids"]) & set(b["ids"])
         assert_exactly_once(a["ids"] + b["ids"], size, f"the DDP job's epoch {epoch}")
-    for epoch, one in enumerate(single):
-        assert one["ok"]
-        assert_exactly_once(one["ids"], size, f"the 1-rank job's epoch {epoch}")
 
 
 def test_a_ddp_job_and_a_one_rank_job_share_one_producer(
@@ -394,13 +442,17 @@ def test_a_ddp_job_and_a_one_rank_job_share_one_producer(
 def test_ranks_welcomed_at_different_epochs_start_at_the_same(
     loaders: Loaders, tmp_path: Path, home: Home
 ) -> None:
-    """Rank 0 makes its loader, then another job starts reading, and rank 1 makes its loader
-    only once that job has taken the stream past an epoch's end, so the ranks are welcomed at
-    different epochs. They start at the latest (rank 0 says hello again for it) and still read
-    every sample once."""
+    """Rank 0 makes its loader, then another consumer starts reading, and rank 1 makes its
+    loader only once that one has taken the stream past an epoch's end, so the ranks are
+    welcomed at different epochs. They start at the latest (rank 0 says hello again for it) and
+    still read every sample once."""
     size = 202
     producer = loaders.serve(size=size, batch=8, cost_ms=2.0, slots=16, idle_exit=300)
-    reader, late = tmp_path / "reader-may-start", tmp_path / "rank1-may-start"
+    late = tmp_path / "rank1-may-start"
+    # The other consumer only moves the stream on: a thread here, not a torch process of its
+    # own. It joins in some epoch E and reads 4 epochs, so the stream makes E + 3: past `since`
+    # below (E, or E + 1 if the stream went on before the status showed the reader).
+    reader = loaders.thread(epochs=4, gated=True)
 
     def consumers(count: int) -> dict[str, Any] | None:
         status = producer.status()
@@ -408,7 +460,7 @@ def test_ranks_welcomed_at_different_epochs_start_at_the_same(
 
     def in_turn() -> None:
         wait_for(lambda: consumers(1), 120, interval=0.05, what="rank 0 to be welcomed")
-        reader.touch()
+        reader.go()
         status = wait_for(lambda: consumers(2), 120, interval=0.05, what="the reader")
         since = status["stream"][0]
         wait_for(
@@ -421,12 +473,14 @@ def test_ranks_welcomed_at_different_epochs_start_at_the_same(
 
     opener = threading.Thread(target=in_turn, daemon=True)
     opener.start()
-    single, rank0, rank1 = run_jobs(
-        loaders, tmp_path, home, [(0, 1, 12, reader), (0, 2, 2, 0), (1, 2, 2, late)]
-    )
+    rank0, rank1 = run_jobs(loaders, tmp_path, home, [(0, 2, 2, 0), (1, 2, 2, late)])
     opener.join(5)
-    assert_each_job_once(rank0, rank1, single, size)
-    assert len(single) == 12
+    assert_the_ranks_once(rank0, rank1, size)
+    reads = reader.finish(60)
+    assert len(reads) == 4
+    for epoch in reads:
+        assert epoch["data_ok"]
+        assert_exactly_once(epoch["ids"], size, f"the other consumer's epoch {epoch['epoch']}")
     welcomed = [rank0[0]["joined"][0], rank1[0]["joined"][0]]
     started = rank0[0]["joined"][1]
     assert welcomed[0] < welcomed[1], f"the stream did not pass an epoch: welcomed at {welcomed}"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from test_loader import FACTORY, Loaders, assert_exactly_once
+from test_loader import FACTORY, Loaders, SharedProducers, assert_exactly_once
 
 from gpudesk.loader import LoaderError, SharedLoader
 from gpudesk.loader.lease import Leases, owned_view
@@ -27,6 +27,9 @@ from gpudesk.paths import Home
 
 SIZE, BATCH = 200, 8  # 25 batches an epoch
 SHM = {"GPUDESK_LOADER_STAGING": "shm"}
+
+# Its module-scoped producers are started once: the module stays on one worker (--dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_loader_lifetimes")
 
 
 @pytest.fixture
@@ -36,6 +39,17 @@ def loaders(home: Home, tmp_path: Path) -> Iterator[Loaders]:
         yield launcher
     finally:
         launcher.close()
+
+
+@pytest.fixture(scope="module")
+def producers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedProducers]:
+    """The producer of the dataset that the tests here read from, started once (as the first
+    test needs it)."""
+    started = SharedProducers(tmp_path_factory.mktemp("producers"))
+    try:
+        yield started
+    finally:
+        started.close()
 
 
 def open_loader(mode: str, home: Home, **options: Any) -> SharedLoader:
@@ -74,18 +88,19 @@ def one_ahead(iterable: Iterable[Any]) -> Iterator[Any]:
         yield current
 
 
-def serve(loaders: Loaders, mode: str, **options: Any) -> None:
-    if mode == "shared":
-        loaders.serve(size=SIZE, batch=BATCH, **options)
+def where(producers: SharedProducers, mode: str, home: Home) -> Home:
+    """The home a test reads in: the module's producer's ("shared"), or its own ("local")."""
+    return producers.home_for("host", size=SIZE, batch=BATCH) if mode == "shared" else home
 
 
 MODES = ["shared", "local"]
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_an_epoch_kept_whole_is_every_batch_intact(loaders: Loaders, home: Home, mode: str) -> None:
-    serve(loaders, mode)
-    with open_loader(mode, home, copy_when_held=True) as loader:
+def test_an_epoch_kept_whole_is_every_batch_intact(
+    producers: SharedProducers, home: Home, mode: str
+) -> None:
+    with open_loader(mode, where(producers, mode, home), copy_when_held=True) as loader:
         kept = list(loader)
         ids = [i for batch in kept for i in intact(batch)]  # checked after the whole epoch
         assert_exactly_once(ids, SIZE)
@@ -98,10 +113,9 @@ def test_an_epoch_kept_whole_is_every_batch_intact(loaders: Loaders, home: Home,
 
 
 def test_keeping_more_than_the_lease_is_a_clear_error_not_a_hang(
-    loaders: Loaders, home: Home
+    producers: SharedProducers, home: Home
 ) -> None:
-    serve(loaders, "shared")
-    with open_loader("shared", home) as loader:
+    with open_loader("shared", where(producers, "shared", home)) as loader:
         kept = []
         began = time.monotonic()
         with pytest.raises(LoaderError) as error:
@@ -124,12 +138,11 @@ def test_keeping_more_than_the_lease_is_a_clear_error_not_a_hang(
 
 @pytest.mark.parametrize("mode", MODES)
 def test_batches_kept_for_gradient_accumulation_stay_intact(
-    loaders: Loaders, home: Home, mode: str
+    producers: SharedProducers, home: Home, mode: str
 ) -> None:
     """Four steps of inputs kept before each update: more than the lease, so copies beyond it."""
-    serve(loaders, mode)
     seen: list[int] = []
-    with open_loader(mode, home, copy_when_held=True) as loader:
+    with open_loader(mode, where(producers, mode, home), copy_when_held=True) as loader:
         window: list[Any] = []
         for batch in loader:
             window.append(batch)
@@ -142,10 +155,10 @@ def test_batches_kept_for_gradient_accumulation_stay_intact(
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_one_batch_ahead_prefetcher_reads_views_without_copies(
-    loaders: Loaders, home: Home, mode: str
+    producers: SharedProducers, home: Home, mode: str
 ) -> None:
-    serve(loaders, mode)
-    with open_loader(mode, home) as loader:  # copy_when_held left False: no room to spare
+    # copy_when_held left False: no room to spare
+    with open_loader(mode, where(producers, mode, home)) as loader:
         for _ in range(2):  # two epochs, the slots given back as batches die
             assert_exactly_once([i for batch in one_ahead(loader) for i in intact(batch)], SIZE)
         assert loader.copied_batches == 0
@@ -153,10 +166,9 @@ def test_a_one_batch_ahead_prefetcher_reads_views_without_copies(
 
 @pytest.mark.parametrize("mode", MODES)
 def test_itertools_tee_gets_intact_batches_in_both_branches(
-    loaders: Loaders, home: Home, mode: str
+    producers: SharedProducers, home: Home, mode: str
 ) -> None:
-    serve(loaders, mode)
-    with open_loader(mode, home, copy_when_held=True) as loader:
+    with open_loader(mode, where(producers, mode, home), copy_when_held=True) as loader:
         first, second = itertools.tee(loader)
         ahead = [i for batch in first for i in intact(batch)]  # tee keeps them all for second
         behind = [i for batch in second for i in intact(batch)]
@@ -167,7 +179,7 @@ def test_itertools_tee_gets_intact_batches_in_both_branches(
 def test_a_batch_spanning_slots_holds_every_slot_it_reads(loaders: Loaders, home: Home) -> None:
     """Batches of 12 from a producer's 8 lie across two or three slots, one slot shared by two
     batches: a window of the last two kept stays intact while the stream goes on."""
-    serve(loaders, "shared", slots=4)
+    loaders.serve(size=SIZE, batch=BATCH, slots=4)  # a ring of its own size: not the module's
     seen: list[int] = []
     with open_loader("shared", home, batch_size=12) as loader:
         assert loader.lease_limit == 3 + 2  # two slots and one more when not aligned, + 2
@@ -185,6 +197,8 @@ def test_a_batch_spanning_slots_holds_every_slot_it_reads(loaders: Loaders, home
 def test_a_staged_mirror_is_held_as_the_host_ring_is(
     loaders: Loaders, home: Home, hold: str
 ) -> None:
+    # A producer of its own: its mirror is a file in /dev/shm (GPUDESK_LOADER_STAGING=shm), which
+    # a test beside it (assert_no_new_shm) would take for its own were it left for the module.
     loaders.serve(size=SIZE, batch=BATCH, extra=("--device", "cuda"), env=SHM)
     with open_loader("shared", home, copy_when_held=hold == "kept") as loader:
         assert loader.data_path == "staged"
