@@ -30,11 +30,11 @@ def test_a_fakes_run_measures_each_job_alone_and_beside_the_other_under_both_mec
             "--jobs",
             "mlp-narrow,membw",
             "--window",
-            "1.5",
+            "1.2",
             "--budget-s",
             "150",
             "--warmup-s",
-            "0.3",
+            "0.1",
         ],
         capture_output=True,
         text=True,
@@ -61,7 +61,7 @@ def test_a_fakes_run_measures_each_job_alone_and_beside_the_other_under_both_mec
             assert all(p.endswith("no-mps") for p in pipes)
         pair = next(w for w in phase["windows"] if w["group"] == ["mlp-narrow", "membw"])
         for name, job in pair["jobs"].items():
-            # a worker the suite's load starved of CPU for the whole window (1.5 s here) says
+            # a worker the suite's load starved of CPU for the whole window (1.2 s here) says
             # so, and has no rate: a rate is only ever a measured speed over the one alone
             if "error" in job or name not in phase["alone"]:
                 assert job.get("error", "no steps in the window") == "no steps in the window"

@@ -137,10 +137,14 @@ def test_the_score_is_the_recipe_computed_plainly(digits_train) -> None:
     assert got.notes["target_classes"] == sorted(set(spare.labels[:12].tolist()))
 
 
-@pytest.mark.slow(24)
+@pytest.mark.slow(8)
 @pytest.mark.timeout(300)
 def test_a_target_of_3s_and_8s_pulls_3s_and_8s_to_the_top(digits_train) -> None:
     images, labels = digits_train
+    # the first 400 of the 1,388 samples: the projection (most of the cost, at the recipe's
+    # 8,192) is per sample, and the pull does not depend on how many there are (25 % kept of
+    # 400: 80 % 3s and 8s against 20 % in the data; of all 1,388: 78 % against 20 %)
+    images, labels = images[:400], labels[:400]
     target = three_and_eight_target()
     order, notes = less(images, labels, target, seed=0, shape=(64,))
     assert sorted(order.tolist()) == list(range(len(labels)))
