@@ -229,6 +229,7 @@ class Lanes:
         self.waiting: OrderedDict[str, deque[HookRun]] = OrderedDict()
         self.running: Counter[str] = Counter()
         self.ready = threading.Condition()
+        self.closed = False  # the engine stopped: nothing waiting runs
 
     def put(self, run: HookRun) -> bool:
         """Queue `run`; False when its lane is full (it is not queued)."""
@@ -240,11 +241,14 @@ class Lanes:
             self.ready.notify_all()
             return True
 
-    def get(self) -> HookRun:
+    def get(self) -> HookRun | None:
         """The next run (waits for one), counted as running until `done`: the station's first,
-        else the next member's lane, of the lanes with fewer than `per_lane` running."""
+        else the next member's lane, of the lanes with fewer than `per_lane` running. None once
+        `close`d."""
         with self.ready:
             while (name := self._next_lane()) is None:
+                if self.closed:
+                    return None
                 self.ready.wait()
             lane = self.waiting.pop(name)
             run = lane.popleft()
@@ -259,6 +263,13 @@ class Lanes:
             self.running[run.lane] -= 1
             if self.running[run.lane] <= 0:
                 del self.running[run.lane]
+            self.ready.notify_all()
+
+    def close(self) -> None:
+        """Drop every waiting run; the workers waiting in `get` end."""
+        with self.ready:
+            self.closed = True
+            self.waiting.clear()
             self.ready.notify_all()
 
     def workers_wanted(self) -> int:
@@ -286,13 +297,51 @@ class HookResult:
     cut: int  # output bytes beyond OUTPUT_KEPT, not kept
 
 
-def run_hook(run: HookRun, running: set[int] | None = None) -> HookResult:
+class HooksClosed(Exception):
+    """The engine stopped before the hook started: it is not run."""
+
+
+class LiveHooks:
+    """The hooks running now, by pid (each leads its process group). A hook is started and its
+    pid added under `lock`, which `close` holds while it kills them: none starts after."""
+
+    def __init__(self) -> None:
+        self.pids: set[int] = set()
+        self.lock = threading.Lock()
+        self.closed = False
+
+    def close(self) -> list[int]:
+        """No hook starts from now on; the pids of those running, killed (their groups)."""
+        with self.lock:
+            self.closed = True
+            for pid in self.pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+            return sorted(self.pids)
+
+
+def run_hook(run: HookRun, live: LiveHooks | None = None) -> HookResult:
     """Run one hook to its end or its timeout (then its process group is killed), keeping the
-    first OUTPUT_KEPT bytes of its output. On a worker thread, never the loop. `running` holds
-    its pid while it runs (what `JobEndHooks.close` kills)."""
+    first OUTPUT_KEPT bytes of its output. On a worker thread, never the loop. `live` holds
+    its pid while it runs (what `JobEndHooks.close` kills); once closed, HooksClosed."""
     started = time.monotonic()
     user = as_known_now(run.user) if run.user else None  # OwnerGone: her uid is not hers
-    process = subprocess.Popen(
+    with live.lock if live is not None else contextlib.nullcontext():
+        if live is not None and live.closed:
+            raise HooksClosed
+        process = _start(run, user)
+        if live is not None:
+            live.pids.add(process.pid)
+    try:
+        return _follow(process, run, started)
+    finally:
+        if live is not None:
+            with live.lock:
+                live.pids.discard(process.pid)
+
+
+def _start(run: HookRun, user: Identity | None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
         run.argv,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -304,14 +353,6 @@ def run_hook(run: HookRun, running: set[int] | None = None) -> HookResult:
         group=user.gid if user else None,
         extra_groups=list(user.groups) if user else None,
     )
-    assert process.stdout is not None
-    if running is not None:
-        running.add(process.pid)
-    try:
-        return _follow(process, run, started)
-    finally:
-        if running is not None:
-            running.discard(process.pid)
 
 
 def _follow(process: subprocess.Popen[bytes], run: HookRun, started: float) -> HookResult:
@@ -374,7 +415,7 @@ class JobEndHooks:
         self.seen: OrderedDict[tuple[int, float | None, int], None] = OrderedDict()
         self.workers: list[threading.Thread] = []
         self.lock = threading.Lock()  # one writer of hooks.log at a time
-        self.running: set[int] = set()  # the hooks running now, by pid (each leads its group)
+        self.live = LiveHooks()  # the hooks running now
         self.path: Path | None = None  # hooks.toml, when watched (`at`)
         self.signature: Signature = None
         self.next_check = 0.0  # monotonic
@@ -436,10 +477,9 @@ class JobEndHooks:
 
     def close(self) -> None:
         """The engine stops: the hooks still running are killed (their process groups), not
-        left behind without a timeout; those still waiting never run."""
-        for pid in list(self.running):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+        left behind without a timeout; those still waiting never run, nor start later."""
+        self.runs.close()
+        for pid in self.live.close():
             log.warning("a job-end hook (pid %d) was killed: the engine stopped", pid)
 
     def runs_for(self, job: JobRecord) -> list[HookRun]:
@@ -474,8 +514,7 @@ class JobEndHooks:
         return runs
 
     def _work(self) -> None:
-        while True:
-            run = self.runs.get()
+        while (run := self.runs.get()) is not None:
             try:
                 self._run(run)
             finally:
@@ -483,7 +522,9 @@ class JobEndHooks:
 
     def _run(self, run: HookRun) -> None:
         try:
-            result = run_hook(run, self.running)
+            result = run_hook(run, self.live)
+        except HooksClosed:
+            return
         except (OSError, OwnerGone) as exc:
             self._record(run, f"could not start: {exc}", b"")
             return

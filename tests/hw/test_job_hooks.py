@@ -10,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
+from conftest import wait_for
 
 from gpudesk.hw.job_hooks import (
     OUTPUT_KEPT,
@@ -206,3 +208,24 @@ def test_one_members_hanging_hooks_hold_only_her_lanes_workers(tmp_path: Path) -
         assert len(hooks.workers) == 3
     finally:
         hooks.close()
+
+
+def test_closing_kills_the_running_hooks_and_starts_none_of_those_waiting(tmp_path: Path) -> None:
+    """The engine stops with two of Ada's hooks hanging and a third waiting its turn: the two
+    are killed, and the third never starts (it used to, on the worker the kill freed, and then
+    hung on to its timeout with no engine to kill it). Every worker ends."""
+    hooks = JobEndHooks(None, tmp_path / "hooks.log", system=False)
+    script = "import pathlib, sys, time; pathlib.Path(sys.argv[1]).touch(); time.sleep(60)"
+    for n in range(3):
+        argv = (sys.executable, "-c", script, str(tmp_path / f"started-{n}"))
+        hooks.queue(HookRun(argv, dict(os.environ), None, 60.0, f"ada {n}", n, "uid 1001"))
+    wait_for(lambda: len(list(tmp_path.glob("started-*"))) == 2, what="two hooks to start")
+    running = sorted(hooks.live.pids)
+    hooks.close()
+    for worker in hooks.workers:
+        worker.join(30)
+        assert not worker.is_alive(), "a hook worker outlived close()"
+    assert sorted(p.name for p in tmp_path.glob("started-*")) == ["started-0", "started-1"]
+    assert not hooks.live.pids and len(running) == 2
+    for pid in running:
+        wait_for(lambda pid=pid: not psutil.pid_exists(pid), what=f"hook {pid} to be gone")
