@@ -277,7 +277,9 @@ def test_an_engine_that_stops_while_wait_and_logs_f_wait_is_exit_3_and_its_jobs_
 
 @pytest.mark.parametrize("kind", ["a link to her folder", "a file"])
 @pytest.mark.parametrize(
-    "args", [("queue",), ("queue", "--json"), ("history",), ("show", "3"), ("cancel", "3")]
+    "args",
+    [("queue",), ("queue", "--json"), ("history",), ("show", "3"), ("cancel", "3")],
+    ids=" ".join,
 )
 def test_a_read_in_a_home_submit_would_refuse_says_why_not_that_submit_starts_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, args: tuple[str, ...]
