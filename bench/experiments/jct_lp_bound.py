@@ -132,18 +132,23 @@ def mean_jct_program(sim: Simulation, slot_s: float = SLOT_S) -> JctProgram:
     count = len(job_of)
     each_job = sparse.csr_matrix((np.ones(count), (job_of, range(count))), shape=(len(jobs), count))
     capacity = _capacity_rows(sim, bound)
-    timed = [k for k in range(count) if slot_of[k] >= 0]
-    row_ids: list[int] = []
-    columns: list[int] = []
-    values: list[float] = []
+    # each capacity row's entries, slot by slot: the timed variables' (the last slot's have none)
+    slot_at = np.array(slot_of)
+    timed = np.flatnonzero(slot_at >= 0)
+    timed_job = np.array(job_of)[timed]
+    timed_slot = slot_at[timed]
+    exclusive = np.array([job.exclusive_s for job in jobs])[timed_job]
+    row_ids: list[np.ndarray] = []
+    values: list[np.ndarray] = []
     limits: list[float] = []
     for r, (weight, per_second) in enumerate(capacity):
-        for k in timed:
-            row_ids.append(r * slots + slot_of[k])
-            columns.append(k)
-            values.append(weight[job_of[k]] * jobs[job_of[k]].exclusive_s)
+        row_ids.append(r * slots + timed_slot)
+        values.append(np.array(weight)[timed_job] * exclusive)
         limits.extend([per_second * slot_s] * slots)
-    rows = sparse.csr_matrix((values, (row_ids, columns)), shape=(len(capacity) * slots, count))
+    entries = (np.concatenate(row_ids), np.tile(timed, len(capacity)))
+    rows = sparse.csr_matrix(
+        (np.concatenate(values), entries), shape=(len(capacity) * slots, count)
+    )
     solved = linprog(
         np.array(at),
         A_ub=rows,

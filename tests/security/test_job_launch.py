@@ -48,7 +48,12 @@ __attribute__((constructor)) static void mark(void) {
 """
 
 
-@pytest.fixture
+# one station for the module's two tests, which act on jobs and files of their own (its
+# module-scoped fixture is made once: the module stays on one worker, --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_job_launch")
+
+
+@pytest.fixture(scope="module")
 def station() -> Iterator[Station]:
     yield from make_station()
 

@@ -10,6 +10,7 @@ consumer jobs run as the members), real producer and consumer processes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -59,7 +60,14 @@ def dataset(name: str, **extra: object) -> dict[str, object]:
     }
 
 
-@pytest.fixture
+# The tests on a station share one (its users, engine and Python made once): each registers
+# datasets of its own names, so none reads another's loader. The module-scoped fixture is made
+# once where these tests stay on one worker (--dist loadgroup); their slow marks (wall-s on a
+# 2-core machine) start the group early.
+on_station = pytest.mark.xdist_group("test_loader_station")
+
+
+@pytest.fixture(scope="module")
 def station() -> Iterator[tuple[Station, str, Path]]:
     folder = Path(tempfile.mkdtemp(prefix="gd-ldr-", dir="/tmp"))
     folder.chmod(0o755)
@@ -108,6 +116,27 @@ def result(output: str) -> dict:
     return json.loads(lines[-1])  # type: ignore[no-any-return]
 
 
+def serving(station: Station, name: str) -> psutil.Process:
+    """Ada's producer of a group-shared dataset `name`, once it serves: started by a job of
+    hers naming the dataset (the engine starts the producer as it starts the job; the job need
+    not read it, so it runs no consumer: `true`)."""
+    station.ok(None, "datasets", datasets=[dataset(name, share="group")])
+    job = {"name": f"ada-{name}", "command": ["true"], "workdir": "/", "dataset": name}
+    done = station.wait_state(station.submit("ada", job), "succeeded", "failed", timeout=120)
+    assert done["state"] == "succeeded", done
+    return producer_of(station, name)
+
+
+def ended(producer: psutil.Process) -> None:
+    """The producer whose control path a test's stand-in took is stopped (the engine then
+    forgets it): the station's later tests ask no socket of hers."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        producer.kill()
+        producer.wait(30)
+
+
+@on_station
+@pytest.mark.slow(12)
 def test_a_group_shared_loader_is_read_by_another_members_job(
     station: tuple[Station, str, Path],
 ) -> None:
@@ -130,6 +159,8 @@ def test_a_group_shared_loader_is_read_by_another_members_job(
     assert producer_of(st, "grp").pid == producer.pid  # the same producer, still ada's
 
 
+@on_station
+@pytest.mark.slow(12)
 def test_a_private_loader_refuses_another_members_job_in_one_line(
     station: tuple[Station, str, Path],
 ) -> None:
@@ -170,6 +201,8 @@ def test_a_private_loader_refuses_another_members_job_in_one_line(
     assert "refused" in done.stdout and "is not shared with" in done.stdout, done
 
 
+@on_station
+@pytest.mark.slow(6)
 def test_a_declared_owner_runs_the_producer_and_none_runs_as_root(
     station: tuple[Station, str, Path],
 ) -> None:
@@ -302,6 +335,8 @@ HOSTILE = textwrap.dedent("""
 """)
 
 
+@on_station
+@pytest.mark.slow(6)
 @pytest.mark.parametrize("junk", ["shape", "nested"])
 def test_a_members_forged_status_breaks_no_ones_view(
     station: tuple[Station, str, Path], junk: str
@@ -313,16 +348,14 @@ def test_a_members_forged_status_breaks_no_ones_view(
     report that was a LoaderStatus, and bob's `status`, with the producers asked afresh, still
     answers; before, root passed her JSON into every member's view, and the view failed to
     build for everyone."""
-    st, python, script = station
-    st.ok(None, "datasets", datasets=[dataset("own", share="group")])
-    job, out = run_job(st, python, script, "ada", "own")
-    assert job["state"] == "succeeded", out
-    producer_of(st, "own")  # it serves
-    control = st.socket.parent / "loaders" / "own" / "own.ctl"
+    st, python, _ = station
+    name = f"own-{junk}"
+    producer = serving(st, name)
+    control = st.socket.parent / "loaders" / name / f"{name}.ctl"
     hostile = subprocess.Popen(
         [
             *("runuser", "-u", st.users["ada"].name, "--", python, "-c", HOSTILE),
-            *(str(control), "own", junk),
+            *(str(control), name, junk),
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -332,13 +365,14 @@ def test_a_members_forged_status_breaks_no_ones_view(
         assert hostile.stdout is not None and hostile.stdout.readline().strip() == "ready"
         for _ in range(3):  # the engine asks her socket each time, and takes nothing of it
             view = st.ok("bob", "status", fresh_loaders=True)
-            (own,) = [loader for loader in view["loaders"] if loader["name"] == "own"]
+            (own,) = [loader for loader in view["loaders"] if loader["name"] == name]
             status = own["status"]
             assert status is None or status.get("orphaned") is None, status
             assert status is None or isinstance(status.get("consumers"), list), status
     finally:
         hostile.kill()
         hostile.wait()
+        ended(producer)
 
 
 # A member's stand-in that, asked for its status, says in her info file that it stops, in words
@@ -356,14 +390,17 @@ STOPPING = textwrap.dedent("""
     asked = False
     while time.monotonic() < end:
         asked = asked or bool(sock.poll(50) and sock.recv_multipart())
-        if asked:
+        if asked:  # over and over: her producer still rewrites its info file now and then
             said = dict(info, stopping="\\x1b]0;pwned\\x07\\x1b[2Jbye")
             with open(info_path + ".tmp", "w") as out:
                 json.dump(said, out)
             os.replace(info_path + ".tmp", info_path)
+            time.sleep(0.005)
 """)
 
 
+@on_station
+@pytest.mark.slow(6)
 def test_a_members_stopping_words_reach_no_terminal_and_hold_no_ask(
     station: tuple[Station, str, Path],
 ) -> None:
@@ -375,13 +412,11 @@ def test_a_members_stopping_words_reach_no_terminal_and_hold_no_ask(
     from gpudesk.loader.status import collect
     from gpudesk.paths import Home
 
-    st, python, script = station
-    st.ok(None, "datasets", datasets=[dataset("own", share="group")])
-    job, out = run_job(st, python, script, "ada", "own")
-    assert job["state"] == "succeeded", out
-    producer_of(st, "own")
-    folder = st.socket.parent / "loaders" / "own"
-    paths = (str(folder / "own.ctl"), str(folder / "own.json"))
+    st, python, _ = station
+    name = "own-stop"
+    producer = serving(st, name)
+    folder = st.socket.parent / "loaders" / name
+    paths = (str(folder / f"{name}.ctl"), str(folder / f"{name}.json"))
     hostile = subprocess.Popen(
         ["runuser", "-u", st.users["ada"].name, "--", python, "-c", STOPPING, *paths],
         stdout=subprocess.PIPE,
@@ -391,7 +426,7 @@ def test_a_members_stopping_words_reach_no_terminal_and_hold_no_ask(
     try:
         assert hostile.stdout is not None and hostile.stdout.readline().strip() == "ready"
         started = time.monotonic()
-        (entry,) = collect("own", home=Home.system(st.socket, st.state_dir))
+        (entry,) = collect(name, home=Home.system(st.socket, st.state_dir))
         assert time.monotonic() - started < 1.0, entry
         assert entry["stopping"].startswith("\\x1b]0;pwned\\x07\\x1b[2J"), entry
         assert "\x1b" not in entry["stopping"] and "\x07" not in entry["stopping"]
@@ -400,3 +435,4 @@ def test_a_members_stopping_words_reach_no_terminal_and_hold_no_ask(
     finally:
         hostile.kill()
         hostile.wait()
+        ended(producer)

@@ -17,8 +17,12 @@ from user_python import user_python_folder
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
 from station_fixture import Station, make_station
 
+# one station (and user Python) for the module's two tests: neither leaves a job of ada's
+# (its module-scoped fixture is made once: the module stays on one worker, --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_member_submit_cli")
 
-@pytest.fixture
+
+@pytest.fixture(scope="module")
 def setup() -> Iterator[tuple[Station, str]]:
     with user_python_folder() as python:
         for station in make_station(python=python):

@@ -5,8 +5,9 @@ bob in the group, an admin in both, an outsider in neither; tests/local_users.py
 real system engine (`python -m gpudesk.engine.daemon --system`) with its state and socket in a
 temporary folder. Users talk to it with `raw_client.py` under the system's python3 (the project's
 environment may sit in root's home, which they cannot read), so the engine learns who they are
-from the kernel, as it would from `gpudesk`. Everything is removed afterwards, even on failure:
-the engine stopped, then the users and groups (local_users).
+from the kernel, as it would from `gpudesk`; root (the tests' own process) with its framing,
+in process. Everything is removed afterwards, even on failure: the engine stopped, then the
+users and groups (local_users).
 
 `python`: the interpreter the engine runs (default: the tests' own). The engine starts its
 tracking workers, as the jobs' owners, with its own interpreter: a test of them gives one the
@@ -15,11 +16,13 @@ users may run (tests/security/user_python.py), since the project's may sit in ro
 
 from __future__ import annotations
 
+import errno
 import grp
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +35,7 @@ from typing import Any
 
 import pytest
 from local_users import LocalUser, local_accounts
+from raw_client import read_reply, request_frame
 
 HERE = Path(__file__).parent
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -52,12 +56,31 @@ class Station:
 
     def call(self, role: str | None, op: str, **args: Any) -> dict[str, Any]:
         """One request as `role`'s user (None: root), through a real connection."""
+        if role is None:
+            return self._call_as_root(op, args)
         argv = [SYSTEM_PYTHON, str(self.client), str(self.socket), op, json.dumps(args)]
-        if role is not None:
-            argv = ["runuser", "-u", self.users[role].name, "--", *argv]
+        argv = ["runuser", "-u", self.users[role].name, "--", *argv]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd="/")
         assert done.returncode == 0, f"client failed: {done.stderr}"
         return json.loads(done.stdout)
+
+    def _call_as_root(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Root's request, from the tests' own process (root): what raw_client.py does, with
+        its framing, without starting a process for it (the tests poll as root, job states
+        several times a second); the engine learns the caller from the kernel all the same."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(30)
+            try:
+                sock.connect(str(self.socket))
+            except OSError as exc:
+                name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+                return {"connect_error": name, "message": str(exc)}
+            try:
+                sock.sendall(request_frame(op, args))
+                reply = read_reply(sock)
+            except (OSError, SystemExit) as exc:  # as the client's failing would say it
+                raise AssertionError(f"client failed: {exc}") from None
+        return json.loads(reply)
 
     def ok(self, role: str | None, op: str, **args: Any) -> dict[str, Any]:
         reply = self.call(role, op, **args)

@@ -11,8 +11,12 @@ from pathlib import Path
 import pytest
 from station_fixture import Station, make_station
 
+# one station for the module's two tests, which act on jobs of their own (its module-scoped
+# fixture is made once: the module stays on one worker, --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_shared_edit")
 
-@pytest.fixture
+
+@pytest.fixture(scope="module")
 def station() -> Iterator[Station]:
     yield from make_station()
 

@@ -18,12 +18,37 @@ import pytest
 from conftest import wait_for
 from station_fixture import SYSTEM_PYTHON, Station, make_station
 
+# The tests on `station` share one system engine and its users (made once: the module-scoped
+# fixture stays on one worker, --dist loadgroup). Each leaves it as it found it: what it left
+# queued, running or suspended is cancelled, the policy set back, the station undrained.
+on_station = pytest.mark.xdist_group("test_shared_station")
+LIVE = ["queued", "running", "suspended"]
+
+
+@pytest.fixture(scope="module")
+def shared_station() -> Iterator[tuple[Station, str]]:
+    """The station, and its policy as it started."""
+    for made in make_station():
+        yield made, made.ok(None, "status")["station"]["policy"]
+
 
 @pytest.fixture
-def station() -> Iterator[Station]:
-    yield from make_station()
+def station(shared_station: tuple[Station, str]) -> Iterator[Station]:
+    made, policy = shared_station
+    yield made
+    live = [j["id"] for j in made.ok(None, "jobs", states=LIVE, limit=1000)["jobs"]]
+    if live:
+        made.ok(None, "cancel", jobs=live, grace=0)
+        for job in live:
+            made.wait_state(job, "cancelled", "succeeded", "failed")
+    status = made.ok(None, "status")
+    if status["station"]["policy"] != policy:
+        made.ok(None, "configure", station={"policy": policy})
+    if status.get("drain"):
+        made.ok(None, "undrain")
 
 
+@on_station
 def test_the_socket_serves_the_group_and_no_one_else(station: Station) -> None:
     folder = os.stat(station.socket.parent)
     sock = os.stat(station.socket)
@@ -35,6 +60,7 @@ def test_the_socket_serves_the_group_and_no_one_else(station: Station) -> None:
     assert station.call("ada", "ping")["ok"]
 
 
+@on_station
 def test_a_job_belongs_to_whoever_the_kernel_says_submitted_it(station: Station) -> None:
     job = {"name": "mine", "command": ["true"]}
     job_id = station.submit("ada", job)
@@ -45,6 +71,7 @@ def test_a_job_belongs_to_whoever_the_kernel_says_submitted_it(station: Station)
     assert station.job(forged)["user"] == station.users["bob"].name
 
 
+@on_station
 def test_one_user_cannot_control_anothers_job_and_an_admin_can(station: Station) -> None:
     held = {"name": "ada-job", "command": ["sleep", "30"], "gpus": 0}
     job_id = station.submit("ada", held)
@@ -63,6 +90,7 @@ def test_one_user_cannot_control_anothers_job_and_an_admin_can(station: Station)
     assert station.wait_state(job_id, "cancelled")["state"] == "cancelled"
 
 
+@on_station
 def test_an_arrays_id_reaches_no_task_of_another_member(station: Station) -> None:
     """An array's id names all its tasks (as Slurm's `scancel 144`): bob naming ada's array by
     its id, or one task as `ID_TASK`, is refused for each of her tasks, none touched; an admin's
@@ -84,6 +112,7 @@ def test_an_arrays_id_reaches_no_task_of_another_member(station: Station) -> Non
     assert [r["id"] for r in results] == ids and all(r["ok"] for r in results), results
 
 
+@on_station
 def test_a_non_admins_station_settings_are_reported_not_applied(station: Station) -> None:
     before = station.ok(None, "status")["station"]["policy"]
     wanted = "fifo" if before != "fifo" else "auto"
@@ -97,6 +126,7 @@ def test_a_non_admins_station_settings_are_reported_not_applied(station: Station
     assert station.ok(None, "status")["station"]["policy"] == wanted
 
 
+@on_station
 def test_weighing_a_profiles_station_changes_nothing_for_member_or_admin(
     station: Station,
 ) -> None:
@@ -115,6 +145,7 @@ def test_weighing_a_profiles_station_changes_nothing_for_member_or_admin(
     assert station.ok(None, "status")["station"]["policy"] == before
 
 
+@on_station
 def test_jobs_run_as_their_owner_with_the_environment_they_sent(station: Station) -> None:
     ada = station.users["ada"]
     home = Path(f"/home/{ada.name}")
@@ -272,6 +303,7 @@ def _group_states(pgid: int) -> dict[int, tuple[str, int]]:
     return found
 
 
+@on_station
 def test_a_member_suspends_and_resumes_her_job_and_only_an_admin_drains(station: Station) -> None:
     job = {"name": "ada-loop", "command": ["sh", "-c", "while true; do sleep 0.05; done"]}
     job_id = station.submit("ada", job)
@@ -304,6 +336,7 @@ def test_a_member_suspends_and_resumes_her_job_and_only_an_admin_drains(station:
     assert station.wait_state(job_id, "cancelled")["state"] == "cancelled"
 
 
+@on_station
 def test_an_array_is_continued_by_its_owner_alone(station: Station) -> None:
     """A submission too large for one request continues its array in the next part, naming
     the array's first job by id (gpudesk.api.submit_parts): bob may not add tasks to ada's
@@ -318,6 +351,7 @@ def test_an_array_is_continued_by_its_owner_alone(station: Station) -> None:
     assert station.job(task_id)["user"] == station.users["ada"].name
 
 
+@on_station
 def test_one_request_naming_several_members_jobs_changes_only_the_callers(
     station: Station,
 ) -> None:
@@ -337,6 +371,7 @@ def test_one_request_naming_several_members_jobs_changes_only_the_callers(
     station.wait_state(bobs[0], "succeeded")  # released: it ran
 
 
+@on_station
 def test_a_release_said_to_end_a_submission_in_parts_changes_only_the_callers_jobs(
     station: Station,
 ) -> None:
@@ -381,6 +416,7 @@ print(read_reply(sock).decode(), flush=True)
 """
 
 
+@on_station
 def test_a_request_naming_another_members_jobs_does_not_make_her_wait(
     station: Station,
 ) -> None:
