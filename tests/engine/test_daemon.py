@@ -206,7 +206,10 @@ def abused_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHa
         (json.dumps({"v": 1, "op": "show", "args": {"job": {"$ne": 1}}}).encode(), "invalid_args"),
     ],
 )
-@pytest.mark.slow(7)
+# one after another on one worker (--dist loadgroup), so `abused_engine` is made once: spread
+# over the workers, each would make it again
+@pytest.mark.xdist_group("test_daemon_hostile")
+@pytest.mark.slow(2)
 def test_hostile_requests_never_crash_the_engine(
     abused_engine: EngineHandle, raw: bytes, code: str
 ) -> None:

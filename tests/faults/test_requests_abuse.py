@@ -115,6 +115,11 @@ def raw(engine: EngineHandle) -> Iterator[RawClient]:
     client.close()
 
 
+# The tests on `reader_engine` run one after another on one worker (--dist loadgroup): spread
+# over the workers, each would make the module's engine again.
+READER = pytest.mark.xdist_group("test_requests_abuse_reader")
+
+
 @pytest.fixture(scope="module")
 def reader_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHandle]:
     """One engine, job 1 in it, for the tests that only send it requests it refuses: none of
@@ -188,18 +193,21 @@ def test_every_malformed_argument_is_a_clear_error_naming_it(
         ({"job": "\ud800"}, "invalid request: args.job holds a lone surrogate"),
     ],
 )
+@READER
 def test_job_references_out_of_range_or_not_text(reader: RawClient, args: dict, field: str) -> None:
     reply = reader.send(request("show", args))
     assert reply["error"]["code"] == "invalid_args"
     assert reply["error"]["message"].startswith(field)
 
 
+@READER
 def test_a_superscript_digit_is_a_name_not_an_id(reader: RawClient) -> None:
     reply = reader.send(request("show", {"job": "\u00b2"}))
     assert reply["error"] == {"code": "unknown_job", "message": "no job with id or name '²'"}
 
 
 @pytest.mark.parametrize("version", [True, 1.0, "1", [1], HUGE])
+@READER
 def test_only_the_integer_1_is_protocol_version_1(reader: RawClient, version: object) -> None:
     reply = reader.send({"v": version, "id": 1, "op": "ping"})
     assert reply["error"]["code"] == "unsupported_version"
