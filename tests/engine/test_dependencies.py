@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle, wait_for
+from conftest import EngineHandle, home_at, wait_for
 from store_refusal import store_refusing
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
@@ -114,7 +115,30 @@ def test_wait_and_logs_follow_exit_with_the_jobs_status(engine: EngineHandle) ->
     gpudesk("cancel", str(slow))
 
 
-def test_an_unknown_dependency_or_a_bad_list_queues_nothing(engine: EngineHandle) -> None:
+# The tests on `refusing_engine` run one after another on one worker (--dist loadgroup): spread
+# over the workers, each would make the module's engine again.
+REFUSALS = pytest.mark.xdist_group("test_dependencies_refusals")
+
+
+@pytest.fixture(scope="module")
+def refusing_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHandle]:
+    """One engine for the tests whose every submit is refused: each checks that it queued
+    nothing, which holds on an engine they share as on one of their own."""
+    with (
+        pytest.MonkeyPatch.context() as monkeypatch,
+        home_at(tmp_path_factory.mktemp("refusals") / "home", monkeypatch) as home,
+    ):
+        handle = EngineHandle(home)
+        handle.start()
+        yield handle
+        handle.client.close()  # `home_at` stops the engine
+
+
+@REFUSALS
+def test_an_unknown_dependency_or_a_bad_list_queues_nothing(
+    refusing_engine: EngineHandle,
+) -> None:
+    engine = refusing_engine
     # bad input, said as the option that named the job (not the engine's `jobs[0].after`)
     missing = gpudesk("submit", "--after", "999", "--", "true")
     assert (missing.returncode, missing.stderr) == (
@@ -136,9 +160,13 @@ def test_an_unknown_dependency_or_a_bad_list_queues_nothing(engine: EngineHandle
     assert unknown_wait.returncode != 0 and "Traceback" not in unknown_wait.stderr
 
 
-def test_station_only_options_sent_to_slurm_are_said_as_the_options(engine: EngineHandle) -> None:
+@REFUSALS
+def test_station_only_options_sent_to_slurm_are_said_as_the_options(
+    refusing_engine: EngineHandle,
+) -> None:
     """--array, --after-any, --after-notok and --notify with --on slurm: refused as the
     options (not the request's `jobs[0]: arrays, after_any, …`), exit 2, nothing queued."""
+    engine = refusing_engine
     for extra in (["--array", "0-2"], ["--notify", "echo done"]):
         refused = gpudesk("submit", "--on", "slurm", *extra, "--", "true")
         assert (refused.returncode, refused.stderr) == (
@@ -168,7 +196,9 @@ def test_a_time_limit_stops_the_job_and_fails_it_as_timed_out(engine: EngineHand
     assert gpudesk("wait", str(within)).returncode == 0
 
 
-def test_a_bad_time_limit_is_a_usage_error(engine: EngineHandle) -> None:
+@REFUSALS
+def test_a_bad_time_limit_is_a_usage_error(refusing_engine: EngineHandle) -> None:
+    engine = refusing_engine
     for text, fragment in (
         ("1x", "is not a duration"),
         ("0.5s", "1 s to 366 days; 0.5s is 0.5 s"),

@@ -11,9 +11,11 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
+import pytest
 from conftest import EngineHandle, Run, wait_for
 from store_fill import corrupt_spec, fill_jobs
 
@@ -30,6 +32,15 @@ JOBS_PAGE_CAP = getattr(protocol, "JOBS_PAGE_CAP", 100)
 MAX_LISTING_IDS = getattr(protocol, "MAX_LISTING_IDS", 10_000)
 
 
+@pytest.fixture
+def handle(home: Home) -> Iterator[EngineHandle]:
+    """`home`'s engine, not started yet: the test puts rows in the store first, then starts it
+    (it reads the queue from the store as it starts). `home`'s teardown stops it."""
+    handle = EngineHandle(home)
+    yield handle
+    handle.client.close()
+
+
 def _store_made(home: Home) -> None:
     """The home's database at the current schema, for rows to be put in before the engine
     starts (it reads the queue from the store as it starts)."""
@@ -38,17 +49,16 @@ def _store_made(home: Home) -> None:
 
 
 def test_a_listing_over_the_cap_is_cut_and_says_so_and_jobs_follows_the_pages(
-    home: Home, engine: EngineHandle
+    home: Home, handle: EngineHandle
 ) -> None:
-    engine.stop()
     _store_made(home)
     ids = fill_jobs(home.db, finished=JOBS_PAGE_CAP * 2 + 50)
-    engine.start()
+    handle.start()
 
-    page = engine.client.request("jobs")
+    page = handle.client.request("jobs")
     assert len(page["jobs"]) == JOBS_PAGE_CAP, "a reply carries at most the cap"
     assert page["more"] is True and page["after_id"] == ids[JOBS_PAGE_CAP - 1]
-    newest = engine.client.request("jobs", limit=10**6, count=True)
+    newest = handle.client.request("jobs", limit=10**6, count=True)
     assert [j["id"] for j in newest["jobs"]] == ids[-JOBS_PAGE_CAP:]
     assert newest["more"] is True and newest["before_id"] == ids[-JOBS_PAGE_CAP]
     assert newest["total"] == len(ids)
@@ -86,15 +96,14 @@ def test_a_jobs_request_naming_too_many_ids_is_invalid_args_not_internal(
 
 
 def test_a_damaged_job_row_is_skipped_and_reported_by_jobs_queue_and_the_desk(
-    home: Home, engine: EngineHandle, gpudesk: Run
+    home: Home, handle: EngineHandle, gpudesk: Run
 ) -> None:
-    engine.stop()
     _store_made(home)
     ids = fill_jobs(home.db, finished=5, name="fine")
     corrupt_spec(home.db, ids[2])
-    engine.start()
+    handle.start()
 
-    reply = engine.client.request("jobs")
+    reply = handle.client.request("jobs")
     assert [j["id"] for j in reply["jobs"]] == ids[:2] + ids[3:]
     [damaged] = reply["damaged"]
     assert damaged["id"] == ids[2] and "JSONDecodeError" in damaged["reason"]
@@ -117,14 +126,13 @@ def test_a_damaged_job_row_is_skipped_and_reported_by_jobs_queue_and_the_desk(
 
 
 def test_a_name_stored_before_it_was_refused_is_spelled_out_by_queue_show_and_cancel(
-    home: Home, engine: EngineHandle, gpudesk: Run
+    home: Home, handle: EngineHandle, gpudesk: Run
 ) -> None:
     """A name with a C1 control (U+009B, CSI to a terminal) or a bidi override, kept from
     before the checks refused them, is listed and shown spelled out, never obeyed."""
-    engine.stop()
     _store_made(home)
     [job] = fill_jobs(home.db, queued=1, held=True, name="a\x9bb\u202ec")
-    engine.start()
+    handle.start()
 
     for args in (("queue", "--all"), ("show", str(job)), ("cancel", str(job))):
         code, out, err = gpudesk(*args)
@@ -134,13 +142,12 @@ def test_a_name_stored_before_it_was_refused_is_spelled_out_by_queue_show_and_ca
 
 
 def test_queue_with_600_waiting_shows_the_running_job_and_says_what_it_cut(
-    engine: EngineHandle, gpudesk: Run
+    handle: EngineHandle, gpudesk: Run
 ) -> None:
-    engine.stop()
-    engine.start(slots=1)
-    [running] = engine.submit({"name": "holds-the-slot", "command": ["sleep", "120"]})
-    engine.wait_state(running, "running")
-    waiting = engine.submit(*({"name": f"w{n}", "command": ["true"]} for n in range(600)))
+    handle.start(slots=1)
+    [running] = handle.submit({"name": "holds-the-slot", "command": ["sleep", "120"]})
+    handle.wait_state(running, "running")
+    waiting = handle.submit(*({"name": f"w{n}", "command": ["true"]} for n in range(600)))
     try:
         code, out, err = gpudesk("queue")
         assert code == 0, err
@@ -150,19 +157,18 @@ def test_queue_with_600_waiting_shows_the_running_job_and_says_what_it_cut(
         assert listed[1:] == waiting[:500], "then the first 500 waiting, in queue order"
         assert "… and 100 more waiting" in out
     finally:
-        engine.client.request("cancel", jobs=[running, *waiting])
+        handle.client.request("cancel", jobs=[running, *waiting])
 
 
-def test_the_desk_reads_only_its_live_window(home: Home, engine: EngineHandle) -> None:
+def test_the_desk_reads_only_its_live_window(home: Home, handle: EngineHandle) -> None:
     from gpudesk.screens import feed as desk_feed
 
     shown = getattr(desk_feed, "FINISHED_SHOWN", 100)
-    engine.stop()
     _store_made(home)
     finished = fill_jobs(home.db, finished=20_000)
     # more waiting than a page (held: they stay queued): the desk reads the queue's head on
     queued = fill_jobs(home.db, queued=JOBS_PAGE_CAP * 2 + 50, held=True)
-    engine.start()
+    handle.start()
 
     feed = desk_feed.EngineFeed(home, interval=0.05)
     try:
@@ -183,13 +189,12 @@ def test_the_desk_reads_only_its_live_window(home: Home, engine: EngineHandle) -
 
 
 def test_finished_jobs_are_archived_out_of_the_live_listings_but_history_sees_them(
-    home: Home, engine: EngineHandle, gpudesk: Run
+    home: Home, handle: EngineHandle, gpudesk: Run
 ) -> None:
-    engine.stop()
     _store_made(home)
     old = fill_jobs(home.db, finished=1_200, ended_at=time.time() - 40 * DAY_S, name="old")
     recent = fill_jobs(home.db, finished=3, name="recent")
-    engine.start(keep_finished_days=30)
+    handle.start(keep_finished_days=30)
 
     with Client.attach(home) as client:
         wait_for(
@@ -211,16 +216,15 @@ def test_finished_jobs_are_archived_out_of_the_live_listings_but_history_sees_th
 
 
 def test_history_says_what_its_limit_left_out(
-    home: Home, engine: EngineHandle, gpudesk: Run
+    home: Home, handle: EngineHandle, gpudesk: Run
 ) -> None:
     """A sysadmin summing a week's GPU-hours from `history --since 7d --format csv` got the
     newest 1,000 jobs (the default --limit) and no word that more had ended: history now says
     what its limit cut, as queue does (on stderr beside CSV and JSON)."""
-    engine.stop()
     _store_made(home)
     old = fill_jobs(home.db, finished=60, ended_at=time.time() - 2 * DAY_S, name="old")
     recent = fill_jobs(home.db, finished=990, name="recent")
-    engine.start()
+    handle.start()
 
     code, out, err = gpudesk("history")
     assert code == 0, err
@@ -239,22 +243,21 @@ def test_history_says_what_its_limit_left_out(
 
 
 def test_wait_on_many_ids_reads_them_in_one_listing_not_a_show_each(
-    home: Home, engine: EngineHandle, gpudesk: Run
+    home: Home, handle: EngineHandle, gpudesk: Run
 ) -> None:
     """`gpudesk wait` on 3,000 queued jobs asked the engine for each one's whole detail (a
     `show`, why it waits included) before it began to wait: 10 s. Ids are checked in one
     listing; a name, and an id no job has, are still asked one by one and said as before."""
-    engine.stop()
     _store_made(home)
     ids = fill_jobs(home.db, finished=300, name="done")
-    engine.start()
-    requests = engine.api.status().loop
+    handle.start()
+    requests = handle.api.status().loop
     assert requests is not None
 
     code, out, err = gpudesk("wait", *map(str, ids), str(ids[0]), "done")
     assert code == 1, err  # the first that did not succeed: ids[1], failed with exit code 1
     assert len(out.splitlines()) == len(ids), "each job once, an id named twice too"
-    after = engine.api.status().loop
+    after = handle.api.status().loop
     assert after is not None
     # the listing of 300 ids (3 pages), a show for the name, the statuses: not 300 shows
     assert after.requests - requests.requests < 20

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -224,10 +225,19 @@ def test_a_job_with_its_own_selection_gets_a_loader_of_its_own_and_is_recorded_a
     assert loader_engine.job(first).spec.selection == "random-25"
     assert loader_engine.job(first).loader == "syn.random-25"  # the loader the engine ran
     assert loader_engine.job(whole[0]).loader == "syn"
+    # the loader a job is served is the engine's answer for its spec, shown before it starts:
+    # this one begins in an hour, so it starts neither a consumer nor a producer
     full = loader_engine.client.request(
         "submit",
         env=dict(os.environ),
-        jobs=[{**consumer_job(tmp_path, "f", 0)[0], "selection": "full", "workdir": str(tmp_path)}],
+        jobs=[
+            {
+                **consumer_job(tmp_path, "f", 0)[0],
+                "selection": "full",
+                "workdir": str(tmp_path),
+                "begin_at": time.time() + 3600,
+            }
+        ],
     )
     assert loader_engine.job(full["ids"][0]).loader == "syn"  # syn has no selection
     # a later job with the same selection reuses the cached entry

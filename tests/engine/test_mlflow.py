@@ -14,11 +14,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from conftest import EngineHandle, wait_for
+from conftest import EngineHandle, home_at, wait_for
 
 from gpudesk.core.jobs import JobSpec
 from gpudesk.paths import Home
@@ -54,6 +55,22 @@ def empty_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("mlflow") / "empty.db"
     client(f"sqlite:///{path}").search_experiments()
     return path
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHandle]:
+    """conftest's `engine` (CPU-only, 2 slots), one for the module's tests that take it: the
+    tracking worker it starts for their runs imports MLflow (~2 s of CPU) once, not once per
+    test. Each test tracks into a store of its own, and its jobs have ended or are cancelled
+    when it ends."""
+    with (
+        pytest.MonkeyPatch.context() as monkeypatch,
+        home_at(tmp_path_factory.mktemp("mlflow-engine") / "home", monkeypatch) as home,
+    ):
+        handle = EngineHandle(home)
+        handle.start()
+        yield handle
+        handle.client.close()  # `home_at` stops the engine
 
 
 def store_from(empty: Path, folder: Path) -> str:

@@ -137,15 +137,26 @@ def test_a_waiting_job_is_told_why_the_preemptible_job_does_not_give_way(
         engine.api.cancel([low, high, same])
 
 
-# about 20 s of training on one core: its remaining time, from its progress lines, stays above
-# the 3 x grace the rule asks for (gain = remaining - grace > grace + restart) while it trains
-# ~20 ms an epoch idle on CI's 2 cores (~5 ms on a fast host): 1,000 epochs outlast the job's
-# protection (2 x (1 s grace + 1 s restart)) by seconds even there, with ~2 s of imports now
-# that the workloads no longer import torch._dynamo (400 epochs did not, on a fast host); the
-# earlier hidden 256, batch 16 cost ~3 x the CPU for the same check and went past 120 s
-# beside two busy loops.
-DIGITS = ["-m", "gpudesk.workloads.digits", "--epochs", "1000", "--hidden", "64"]
+# The workload's own training, 100 epochs of it: what the run costs in CPU. Its wall time is
+# what the check needs (it must still be training once its protection, 2 x (1 s grace + 1 s
+# restart), has ended; 1,000 unpaced epochs took ~5 s on a fast host, 400 were too few): the
+# preemptible job runs the same module as its __main__ with every training step paced by a
+# sleep (PACED), ~12 s of waiting on any host, and the uninterrupted run, the same training
+# unpaced. A sleep between steps changes no step's arithmetic: both must end with the same
+# weights.
+DIGITS = ["--epochs", "100", "--hidden", "64"]
 DIGITS += ["--batch-size", "64", "--threads", "1", "--seed", "1"]
+STEP_PAUSE_S = 0.005  # x 23 steps an epoch x 100 epochs: ~11.5 s
+PACED = f"""
+import runpy, time
+from gpudesk.workloads import common
+step = common.StepCounter.step
+def paced(self):
+    time.sleep({STEP_PAUSE_S})
+    step(self)
+common.StepCounter.step = paced
+runpy.run_module("gpudesk.workloads.digits", run_name="__main__", alter_sys=True)
+"""
 
 
 def result_of(text: str) -> dict[str, object]:
@@ -153,10 +164,10 @@ def result_of(text: str) -> dict[str, object]:
     return json.loads(line.removeprefix("result "))  # type: ignore[no-any-return]
 
 
-@pytest.mark.slow(60)
-# Two trainings of ~10-25 s each beside an engine (1,000 epochs: with 400, a fast host finished
-# the job, which no longer imports torch._dynamo, before its protection ended); beside two busy
-# loops on 2 cores they take many times that. Its own waits still bound each step.
+@pytest.mark.slow(35)
+# Two trainings beside an engine: the job's ~12 s of paced steps plus its two starts, the
+# uninterrupted run's seconds beside it; beside two busy loops on 2 cores they take many times
+# that. Its own waits still bound each step.
 @pytest.mark.timeout(600)
 def test_the_bundled_workload_checkpoints_requeues_and_resumes_to_the_same_result(
     engine: EngineHandle, tmp_path: Path
@@ -164,7 +175,14 @@ def test_the_bundled_workload_checkpoints_requeues_and_resumes_to_the_same_resul
     pytest.importorskip("torch")
     # the uninterrupted run to compare with, started first: it trains beside the engine's
     alone = subprocess.Popen(
-        [sys.executable, *DIGITS, "--checkpoint", str(tmp_path / "alone.pt")],
+        [
+            sys.executable,
+            "-m",
+            "gpudesk.workloads.digits",
+            *DIGITS,
+            "--checkpoint",
+            str(tmp_path / "alone.pt"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -175,7 +193,7 @@ def test_the_bundled_workload_checkpoints_requeues_and_resumes_to_the_same_resul
     (low,) = engine.submit(
         {
             "name": "digits",
-            "command": [sys.executable, *DIGITS, "--checkpoint", str(saved)],
+            "command": [sys.executable, "-c", PACED, *DIGITS, "--checkpoint", str(saved)],
             "priority": -10,
             "preemptible": True,
             # it saves at its next step, milliseconds away; a longer grace would make the rule

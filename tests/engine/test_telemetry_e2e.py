@@ -105,11 +105,23 @@ def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(
         sim_engine.wait_state(job_id, "running")
     assert sim_engine.job(ids[4]).state == "queued"
 
+    def in_use(snap: dict) -> list[dict]:
+        return [g for g in snap["gpus"] if g["memory_used_mib"] > 6 * 1024 and g["jobs"]]
+
     def busy_snapshot() -> dict | None:
         snap = top_json()
-        used = [g for g in snap["gpus"] if g["memory_used_mib"] > 6 * 1024 and g["jobs"]]
-        return snap if len(used) == 4 and len(snap["jobs"]) == 4 else None
+        return snap if len(in_use(snap)) == 4 and len(snap["jobs"]) == 4 else None
 
+    # The simulator allocates a job's memory over seconds: waited for in the engine's own
+    # samples (a request), then asked of `gpudesk top` (a process each time, ~0.2 s of CPU)
+    wait_for(
+        lambda: (
+            (snap := sim_engine.client.request("telemetry")["snapshot"]) and len(in_use(snap)) == 4
+        ),
+        10.0,
+        interval=0.1,
+        what="four GPUs in use in the engine's samples",
+    )
     first = wait_for(busy_snapshot, 10.0, interval=0.1, what="four GPUs in use")
     assert first["source"] == "engine" and first["simulated"] is True
     for gpu in first["gpus"]:
@@ -119,6 +131,14 @@ def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(
     frame = gpudesk("top", "--once").stdout
     assert "SIMULATED" in frame and all(len(line) <= 80 for line in frame.splitlines())
     assert f"jobs: {ids[0]} sweep-0" in frame
+    wait_for(
+        lambda: (
+            sim_engine.client.request("telemetry")["snapshot"]["taken_at"] > first["taken_at"] + 0.5
+        ),
+        5.0,
+        interval=0.1,
+        what="a later sample in the engine",
+    )
     later = wait_for(
         lambda: (s := top_json())["taken_at"] > first["taken_at"] + 0.5 and s,
         5.0,
@@ -538,17 +558,28 @@ def test_a_suspended_job_leaves_its_simulated_gpu_idle_and_keeps_its_memory(
     (job_id,) = sim_engine.submit(gated_gpu_job("paused", gate, 85.0))
     sim_engine.wait_state(job_id, "running")
 
-    def its_gpu(busy: bool) -> dict | None:
-        gpus = [g for g in top_json()["gpus"] if job_id in g["jobs"]]
+    def its_gpu(snap: dict | None, busy: bool) -> dict | None:
+        gpus = [g for g in (snap or {"gpus": []})["gpus"] if job_id in g["jobs"]]
         if not gpus or gpus[0]["memory_used_mib"] < 6 * 1024:
             return None
         return gpus[0] if (gpus[0]["sm_activity_pct"] > 50) == busy else None
 
-    wait_for(lambda: its_gpu(busy=True), 10.0, interval=0.1, what="the job's GPU busy")
+    def top_shows(busy: bool, what: str) -> dict:
+        """`gpudesk top`'s view of the job's GPU once it is `busy` (or idle): waited for in the
+        engine's own samples (a request), then asked of top (a process, ~0.2 s of CPU each)."""
+        wait_for(
+            lambda: its_gpu(sim_engine.client.request("telemetry")["snapshot"], busy),
+            10.0,
+            interval=0.1,
+            what=f"{what} in the engine's samples",
+        )
+        return wait_for(lambda: its_gpu(top_json(), busy), 10.0, interval=0.1, what=what)  # type: ignore[return-value]
+
+    top_shows(busy=True, what="the job's GPU busy")
     assert sim_engine.api.suspend([job_id])[0].outcome == "suspended"
-    idle = wait_for(lambda: its_gpu(busy=False), 10.0, interval=0.1, what="its GPU idle")
+    idle = top_shows(busy=False, what="its GPU idle")
     assert idle["sm_activity_pct"] < 5  # its memory is still held (its_gpu checked it)
     assert sim_engine.api.resume([job_id])[0].outcome == "resumed"
-    wait_for(lambda: its_gpu(busy=True), 10.0, interval=0.1, what="its GPU busy again")
+    top_shows(busy=True, what="its GPU busy again")
     gate.touch()
     sim_engine.wait_all_done([job_id], timeout=30.0)

@@ -8,10 +8,11 @@ import dataclasses
 import json
 import socket
 import time
+from collections.abc import Iterator
 
 import msgspec
 import pytest
-from conftest import EngineHandle
+from conftest import EngineHandle, home_at
 
 from gpudesk.api.client import Client, decode_event
 from gpudesk.api.errors import TOO_LARGE, EngineError
@@ -97,12 +98,46 @@ class RawClient:
         self.sock.close()
 
 
-@pytest.fixture
-def raw(engine: EngineHandle):
-    client = RawClient(engine)
+def with_target(engine: EngineHandle) -> EngineHandle:
+    """`engine` with job 1 in it, ended."""
     (job_id,) = engine.submit({"name": "target", "command": ["true"]})
     assert job_id == 1
     engine.wait_state(job_id, "succeeded")
+    return engine
+
+
+@pytest.fixture
+def raw(engine: EngineHandle) -> Iterator[RawClient]:
+    """A connection of its own to an engine of the test's own, job 1 in it: for tests that
+    change what the engine holds."""
+    client = RawClient(with_target(engine))
+    yield client
+    client.close()
+
+
+# The tests on `reader_engine` run one after another on one worker (--dist loadgroup): spread
+# over the workers, each would make the module's engine again.
+READER = pytest.mark.xdist_group("test_requests_abuse_reader")
+
+
+@pytest.fixture(scope="module")
+def reader_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHandle]:
+    """One engine, job 1 in it, for the tests that only send it requests it refuses: none of
+    them changes what it holds, so each need not start one of its own."""
+    with (
+        pytest.MonkeyPatch.context() as monkeypatch,
+        home_at(tmp_path_factory.mktemp("abuse") / "home", monkeypatch) as home,
+    ):
+        handle = EngineHandle(home)
+        handle.start()
+        yield with_target(handle)
+        handle.client.close()  # `home_at` stops the engine
+
+
+@pytest.fixture
+def reader(reader_engine: EngineHandle) -> Iterator[RawClient]:
+    """A connection of the test's own to the shared `reader_engine`."""
+    client = RawClient(reader_engine)
     yield client
     client.close()
 
@@ -158,20 +193,23 @@ def test_every_malformed_argument_is_a_clear_error_naming_it(
         ({"job": "\ud800"}, "invalid request: args.job holds a lone surrogate"),
     ],
 )
-def test_job_references_out_of_range_or_not_text(raw: RawClient, args: dict, field: str) -> None:
-    reply = raw.send(request("show", args))
+@READER
+def test_job_references_out_of_range_or_not_text(reader: RawClient, args: dict, field: str) -> None:
+    reply = reader.send(request("show", args))
     assert reply["error"]["code"] == "invalid_args"
     assert reply["error"]["message"].startswith(field)
 
 
-def test_a_superscript_digit_is_a_name_not_an_id(raw: RawClient) -> None:
-    reply = raw.send(request("show", {"job": "\u00b2"}))
+@READER
+def test_a_superscript_digit_is_a_name_not_an_id(reader: RawClient) -> None:
+    reply = reader.send(request("show", {"job": "\u00b2"}))
     assert reply["error"] == {"code": "unknown_job", "message": "no job with id or name '²'"}
 
 
 @pytest.mark.parametrize("version", [True, 1.0, "1", [1], HUGE])
-def test_only_the_integer_1_is_protocol_version_1(raw: RawClient, version: object) -> None:
-    reply = raw.send({"v": version, "id": 1, "op": "ping"})
+@READER
+def test_only_the_integer_1_is_protocol_version_1(reader: RawClient, version: object) -> None:
+    reply = reader.send({"v": version, "id": 1, "op": "ping"})
     assert reply["error"]["code"] == "unsupported_version"
 
 
