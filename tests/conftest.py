@@ -465,6 +465,20 @@ def engine(home: Home) -> Iterator[EngineHandle]:
     handle.client.close()
 
 
+@contextlib.contextmanager
+def module_engine(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[EngineHandle]:
+    """`engine` for a module-scoped fixture: one real daemon the module's tests share (put them
+    in one xdist group, so one worker makes it once), in a home of its own; stopped after."""
+    with (
+        pytest.MonkeyPatch.context() as monkeypatch,
+        home_at(tmp_path_factory.mktemp(name) / "home", monkeypatch) as home,
+    ):
+        handle = EngineHandle(home)
+        handle.start()
+        yield handle
+        handle.client.close()  # `home_at` stops the engine
+
+
 @pytest.fixture
 def sim_engine(home: Home) -> Iterator[EngineHandle]:
     """A real daemon watching a simulated DGX Station A100 (4 GPUs), sampling every 0.2 s."""

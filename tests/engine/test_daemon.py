@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle, home_at, wait_for
+from conftest import EngineHandle, module_engine, wait_for
 
 from gpudesk.api.connection import Connection
 from gpudesk.api.errors import EngineError
@@ -166,14 +166,8 @@ def test_unknown_jobs_and_bad_arguments_get_error_replies(engine: EngineHandle) 
 def abused_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHandle]:
     """One engine for the hostile requests, each refused (none queues a job): each shows that
     the engine answers after its own, the same engine, so each need not start one of its own."""
-    with (
-        pytest.MonkeyPatch.context() as monkeypatch,
-        home_at(tmp_path_factory.mktemp("abused") / "home", monkeypatch) as home,
-    ):
-        handle = EngineHandle(home)
-        handle.start()
+    with module_engine(tmp_path_factory, "abused") as handle:
         yield handle
-        handle.client.close()  # `home_at` stops the engine
 
 
 @pytest.mark.parametrize(

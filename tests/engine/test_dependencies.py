@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import EngineHandle, home_at, wait_for
+from conftest import EngineHandle, module_engine, wait_for
 from store_refusal import store_refusing
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
@@ -124,14 +124,8 @@ REFUSALS = pytest.mark.xdist_group("test_dependencies_refusals")
 def refusing_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHandle]:
     """One engine for the tests whose every submit is refused: each checks that it queued
     nothing, which holds on an engine they share as on one of their own."""
-    with (
-        pytest.MonkeyPatch.context() as monkeypatch,
-        home_at(tmp_path_factory.mktemp("refusals") / "home", monkeypatch) as home,
-    ):
-        handle = EngineHandle(home)
-        handle.start()
+    with module_engine(tmp_path_factory, "refusals") as handle:
         yield handle
-        handle.client.close()  # `home_at` stops the engine
 
 
 @REFUSALS

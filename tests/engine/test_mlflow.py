@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import EngineHandle, home_at, wait_for
+from conftest import EngineHandle, module_engine, wait_for
 
 from gpudesk.core.jobs import JobSpec
 from gpudesk.paths import Home
@@ -63,14 +63,8 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHandle]:
     tracking worker it starts for their runs imports MLflow (~2 s of CPU) once, not once per
     test. Each test tracks into a store of its own, and its jobs have ended or are cancelled
     when it ends."""
-    with (
-        pytest.MonkeyPatch.context() as monkeypatch,
-        home_at(tmp_path_factory.mktemp("mlflow-engine") / "home", monkeypatch) as home,
-    ):
-        handle = EngineHandle(home)
-        handle.start()
+    with module_engine(tmp_path_factory, "mlflow-engine") as handle:
         yield handle
-        handle.client.close()  # `home_at` stops the engine
 
 
 def store_from(empty: Path, folder: Path) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import msgspec
 import pytest
-from conftest import EngineHandle, home_at
+from conftest import EngineHandle, module_engine
 
 from gpudesk.api.client import Client, decode_event
 from gpudesk.api.errors import TOO_LARGE, EngineError
@@ -124,14 +124,8 @@ READER = pytest.mark.xdist_group("test_requests_abuse_reader")
 def reader_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHandle]:
     """One engine, job 1 in it, for the tests that only send it requests it refuses: none of
     them changes what it holds, so each need not start one of its own."""
-    with (
-        pytest.MonkeyPatch.context() as monkeypatch,
-        home_at(tmp_path_factory.mktemp("abuse") / "home", monkeypatch) as home,
-    ):
-        handle = EngineHandle(home)
-        handle.start()
+    with module_engine(tmp_path_factory, "abuse") as handle:
         yield with_target(handle)
-        handle.client.close()  # `home_at` stops the engine
 
 
 @pytest.fixture
