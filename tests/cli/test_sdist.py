@@ -16,15 +16,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import inner_pytest
 from test_wheel import skip_if_offline  # same folder: on sys.path under pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # What runs from the unpacked sdist: the vocabulary's tests and real engines being edited.
 RUN_FROM_IT = ("tests/core", "tests/engine/test_edit_live.py")
 IGNORED = ("__pycache__", "*.pyc", ".*_cache", ".hypothesis")
-# Installed plugins those tests do not use, blocked in their pytest: importing them (textual,
-# syrupy, hypothesis) was ~0.7 CPU-s of its start (as tests/contract/test_xdist_order.py's).
-UNUSED_PLUGINS = ("-p", "no:textual-snapshot", "-p", "no:syrupy", "-p", "no:hypothesispytest")
 
 
 def source_files(folder: str) -> set[str]:
@@ -107,18 +105,7 @@ def test_the_sdist_holds_the_tests_and_what_they_read_and_runs_them(tmp_path: Pa
     )
     assert which.stdout.strip() == str(unpacked / "gpudesk" / "__init__.py")
     ran = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            *UNUSED_PLUGINS,
-            "-n",
-            "0",
-            *RUN_FROM_IT,
-        ],
+        inner_pytest("-n", "0", *RUN_FROM_IT),
         cwd=unpacked,
         env=env,
         capture_output=True,

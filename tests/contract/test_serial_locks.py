@@ -6,12 +6,11 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
-import sys
 import tempfile
 import uuid
 from pathlib import Path
 
-from test_xdist_order import UNUSED_PLUGINS  # same folder: on sys.path under pytest
+from conftest import inner_pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,18 +29,7 @@ def test_a_pytest_a_test_starts_does_not_wait_on_the_runs_serial_gate() -> None:
             fcntl.flock(gate, fcntl.LOCK_EX)  # a serial test of that run, waiting for its room
             env = {**os.environ, "PYTEST_XDIST_TESTRUNUID": run}
             done = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pytest",
-                    "-q",
-                    "-p",
-                    "no:cacheprovider",
-                    *UNUSED_PLUGINS,
-                    "-n",
-                    "0",
-                    "tests/core/test_reply_encoding.py",
-                ],
+                inner_pytest("-n", "0", "tests/core/test_reply_encoding.py"),
                 cwd=ROOT,
                 env=env,
                 capture_output=True,

@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from conftest import inner_pytest
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -61,12 +62,6 @@ def test_serial_c():
 """
 
 
-# Installed plugins the inner tests do not use, blocked in each of the run's processes (the
-# controller and its workers): importing them (textual, syrupy, hypothesis) was half of each
-# one's start, ~0.5 of 1.0 CPU-s. A name not installed is blocked all the same.
-UNUSED_PLUGINS = ("-p", "no:textual-snapshot", "-p", "no:syrupy", "-p", "no:hypothesispytest")
-
-
 def run_inner(folder: Path, source: str, *options: str) -> subprocess.CompletedProcess[str]:
     (folder / "pytest.ini").write_text(INI)
     (folder / "test_inner.py").write_text(source)
@@ -76,23 +71,16 @@ def run_inner(folder: Path, source: str, *options: str) -> subprocess.CompletedP
         "XDIST_ORDER_LOG": str(folder / "ran.jsonl"),
     }
     return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
+        inner_pytest(
             "-p",
             "xdist_order",
-            "-p",
-            "no:cacheprovider",
-            *UNUSED_PLUGINS,
             "-c",
             str(folder / "pytest.ini"),
             "--rootdir",
             str(folder),
             *options,
             str(folder / "test_inner.py"),
-        ],
+        ),
         cwd=folder,
         env=env,
         capture_output=True,
