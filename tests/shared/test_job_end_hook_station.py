@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import wait_for
 from station_fixture import Station, make_station
@@ -102,3 +103,35 @@ def test_a_members_hanging_notify_hooks_never_delay_another_members(station: Sta
     wait_for(mark.exists, 20, what="Bob's hook, while Ada's hang")
     assert time.monotonic() - asked < 25  # Ada's hooks are killed at 30 s: his did not wait
     assert mark.read_text().strip() == str(bob.uid) and os.stat(mark).st_uid == bob.uid
+
+
+def test_a_stopping_engine_kills_a_members_hanging_hooks_and_starts_none_of_those_waiting(
+    station: Station,
+) -> None:
+    """Ada's three jobs end with --notify hooks that hang: two run (her lane's share), the
+    third waits. The engine stops: her two are killed, and the third never starts (a worker the
+    kill freed used to start it, as her, and it then ran on with no engine to end it)."""
+    ada = station.users["ada"]
+    home = Path(f"/home/{ada.name}")
+    notify = "touch $HOME/hook-started-$GPUDESK_JOB_ID; exec sleep 300"
+    jobs = [
+        station.submit(
+            "ada", {"name": f"h{n}", "command": ["true"], "workdir": "/", "notify": notify}
+        )
+        for n in range(3)
+    ]
+    for job_id in jobs:
+        station.wait_state(job_id, "succeeded")
+    wait_for(lambda: len(list(home.glob("hook-started-*"))) == 2, 20, what="two of her hooks")
+    station.stop()
+    # a hook started as the engine stopped would outlive it (sleep 300): none of hers may
+    wait_for(lambda: not _processes_of(ada.uid), 10, what="none of her hooks left running")
+    assert len(list(home.glob("hook-started-*"))) == 2, sorted(home.glob("hook-started-*"))
+
+
+def _processes_of(uid: int) -> list[list[str]]:
+    return [
+        p.info["cmdline"]
+        for p in psutil.process_iter(["uids", "cmdline", "status"])
+        if p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
