@@ -541,9 +541,11 @@ class Home:
         )
 
     def refusal(self) -> str | None:
-        """Why `ensure` would refuse this personal home (another user's folder, a link, a file)
+        """Why `ensure` would refuse this personal home (not UTF-8, another user's, a link, a file)
         or None, found without creating anything: what a read that starts no engine says."""
         try:
+            if not is_text(str(self.root)):
+                raise _not_utf8(self.root, system=False)
             check_owner(self.root)
             with contextlib.suppress(FileNotFoundError):
                 check_private(self.root, os.lstat(self.root), True, self._home_remedy)

@@ -275,7 +275,7 @@ def test_an_engine_that_stops_while_wait_and_logs_f_wait_is_exit_3_and_its_jobs_
     assert engine.job(long).state == "running"  # it went on
 
 
-@pytest.mark.parametrize("kind", ["a link to her folder", "a file"])
+@pytest.mark.parametrize("kind", ["a link to her folder", "a file", "a name not UTF-8"])
 @pytest.mark.parametrize(
     "args",
     [("queue",), ("queue", "--json"), ("history",), ("show", "3"), ("cancel", "3")],
@@ -284,15 +284,15 @@ def test_an_engine_that_stops_while_wait_and_logs_f_wait_is_exit_3_and_its_jobs_
 def test_a_read_in_a_home_submit_would_refuse_says_why_not_that_submit_starts_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, args: tuple[str, ...]
 ) -> None:
-    """GPUDESK_HOME naming a link (or a file): `submit` refuses it, so a read must not answer
-    "nothing is queued (`gpudesk submit` starts one)" there; it gives submit's paragraph and
-    exit, and creates nothing."""
+    """GPUDESK_HOME naming a link, a file or a path not UTF-8: `submit` refuses it, so a read
+    must not answer "nothing is queued (`gpudesk submit` starts one)" there; it gives submit's
+    paragraph and exit, and creates nothing."""
     real = tmp_path / "real"
     real.mkdir()
-    named = tmp_path / "named"
+    named = tmp_path / ("named-\udcff" if kind == "a name not UTF-8" else "named")
     if kind == "a file":
         named.write_text("")
-    else:
+    elif kind == "a link to her folder":
         named.symlink_to(real)
     monkeypatch.setenv("GPUDESK_HOME", str(named))
     refused = gpudesk("submit", "--", "true")
@@ -301,5 +301,6 @@ def test_a_read_in_a_home_submit_would_refuse_says_why_not_that_submit_starts_on
     assert done.stdout == ""
     (line,) = done.stderr.splitlines()
     assert line == refused.stderr.strip() and "submit` starts one" not in line
-    assert ("symbolic link" if kind != "a file" else "not a folder") in line, line
-    assert not any(real.iterdir())
+    said = {"a file": "not a folder", "a name not UTF-8": "not UTF-8"}
+    assert said.get(kind, "symbolic link") in line, line
+    assert not any(real.iterdir()) and (kind != "a name not UTF-8" or not named.exists())
