@@ -62,6 +62,28 @@ def fill(path: Path) -> None:
     assert os.statvfs(path.parent).f_bavail == 0
 
 
+def fill_beside_the_store(disk: Path, home: Home, name: str) -> None:
+    """Fill the disk holding a running engine's store so that nothing the store holds can make
+    room. The engine's first write after a checkpoint truncates its WAL (journal_size_limit =
+    0), freeing what the WAL held when the disk was filled: an action then finds room (seen in
+    whole runs under load). So the WAL is emptied first, as that write would empty it (a
+    TRUNCATE checkpoint of the test's own), and the disk filled after; should the engine write
+    between the two, both are done again."""
+    wal = Path(f"{home.db}-wal")
+    for attempt in range(5):
+        db = sqlite3.connect(home.db, timeout=10.0)
+        try:
+            (busy, _, _) = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            db.close()
+        filler = disk / f"{name}-{attempt}"
+        fill(filler)
+        if not busy and wal.stat().st_size == 0:
+            return
+        filler.unlink()
+    raise AssertionError("the engine's WAL was never empty with the disk full")
+
+
 def runs(marker: Path) -> int:
     return len(marker.read_text().split()) if marker.exists() else 0
 
@@ -268,15 +290,14 @@ def refused(*args: str) -> str:
     return done.stdout + done.stderr
 
 
-def refused_on_full_disk(disk: Path, action: list[str], undo: list[str] | None) -> str:
-    """`gpudesk ACTION` on a disk filled just before, refused (`refused`). The disk is full
-    again before each try: a refused write may free what its journal took, and the engine's own
-    files come and go (its checkpoint thread truncates the WAL), so under load the action may
-    find room (seen: `suspend` once, `edit` once, in whole runs beside a CPU hog). That is no
-    fault: it is undone with room made (`undo`), and tried again, three times at most; an
-    action that cannot be undone (`cancel`) gets one try."""
+def refused_on_full_disk(disk: Path, home: Home, action: list[str], undo: list[str] | None) -> str:
+    """`gpudesk ACTION` on a disk filled just before (`fill_beside_the_store`), refused
+    (`refused`). Should the action still find room (a store's write order is SQLite's: seen
+    before the WAL was emptied first, `suspend` once, `edit` once, a submit twice, in whole
+    runs under load), that is no fault: it is undone with room made (`undo`) and tried again,
+    three times at most; an action that cannot be undone (`cancel`) gets one try."""
     for attempt in range(3 if undo is not None else 1):
-        fill(disk / f"filler-{action[0]}-{attempt}")
+        fill_beside_the_store(disk, home, f"filler-{action[0]}-{attempt}")
         done = cli(*action)
         assert "Traceback" not in done.stderr
         if done.returncode == 1:
@@ -304,16 +325,15 @@ def test_a_submit_on_a_full_disk_says_so_and_queues_nothing(
     """One paragraph naming the disk, exit 1; an array (one request) is queued whole or not
     at all; once there is room the same submit queues it.
 
-    Held, so that a submit that found room (the engine's next write after a checkpoint
-    truncates its WAL, freeing what the WAL held when the disk was filled: seen once, the
-    array queued, in a whole CI run) is cancelled before its jobs run and tried again on a disk
-    filled again (`refused_on_full_disk`); such a submit still queued all of its jobs or none."""
+    Held, so that a submit that found room all the same (`refused_on_full_disk`) is cancelled
+    before its jobs run; such a submit still queued all of its jobs or none."""
     engine = disk_engine
     (first,) = engine.submit({"name": "before", "command": ["true"]})
     engine.wait_state(first, "succeeded")
     for name, more, tasks in (("one", [], 1), ("sweep", ["--array", "0-49"], 50)):
         said = refused_on_full_disk(
             small_disk,
+            engine.home,
             ["submit", "--hold", "--name", name, *more, "--", "true"],
             ["cancel", "--name", f"{name}*"],
         )
@@ -354,11 +374,14 @@ def test_job_control_on_a_full_disk_changes_nothing(
         (["hold", "waits"], ["release", "waits"]),
         (["suspend", "gated"], ["resume", "gated"]),
     ):
-        said = refused_on_full_disk(small_disk, action, undo)
+        said = refused_on_full_disk(small_disk, engine.home, action, undo)
         assert "nothing changed: the store could not be written: the disk holding " in said
         assert str(engine.home.root) in said, said
     said = refused_on_full_disk(
-        small_disk, ["edit", "waits", "--name", "renamed"], ["edit", "renamed", "--name", "waits"]
+        small_disk,
+        engine.home,
+        ["edit", "waits", "--name", "renamed"],
+        ["edit", "renamed", "--name", "waits"],
     )
     assert "the store could not be written" in said and "nothing was changed" in said
     wrapper = runner.read_wrapper_pid(engine.home.attempt_dir(first, 1))
