@@ -53,10 +53,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import json
 import os
 import queue
+import re
 import resource
 import signal
 import statistics
@@ -909,15 +911,23 @@ def _run_section(name: str, args: argparse.Namespace, limit_s: float, tmp: Path)
     return record
 
 
+def _torch_versions() -> tuple[str, str | None]:
+    """torch's version and the CUDA it was built for, read from its version.py: this parent
+    process need not import torch (~1.6 CPU-s) to say which one the sections ran."""
+    spec = importlib.util.find_spec("torch")  # a top-level find imports nothing
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("no torch package on this Python's path")
+    text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    found = dict(re.findall(r"^(__version__|cuda)\b[^=]*=\s*'([^']*)'", text, re.MULTILINE))
+    return found["__version__"], found.get("cuda")
+
+
 def _environment(device: str) -> dict[str, Any]:
     env: dict[str, Any] = {"python": sys.version.split()[0], "device": device}
     try:
-        import torch
-
-        env["torch"] = torch.__version__
-        env["cuda"] = torch.version.cuda
+        env["torch"], env["cuda"] = _torch_versions()
     except Exception as exc:
-        env["torch"] = f"not importable: {exc!r}"
+        env["torch"] = f"not readable: {exc!r}"
     if device != "cuda":
         return env
     try:
