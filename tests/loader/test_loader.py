@@ -28,7 +28,7 @@ import torch
 from conftest import wait_for
 from loader_consumer import consume
 
-from gpudesk.loader import LoaderError, SharedLoader
+from gpudesk.loader import LoaderError, SharedLoader, staging
 from gpudesk.loader.protocol import EXIT_FINAL, read_info
 from gpudesk.loader.status import collect
 from gpudesk.paths import Home
@@ -80,11 +80,15 @@ def assert_no_new_shm(before: set[str], pids: set[int]) -> None:
     shows there). Other processes on the machine may come and go: an entry counts when it
     stays, is a file (the loader and torch make no folder there; the suite's tmpfs tests, on
     other workers, make theirs: gpudesk-punch-…, gdst-…) and is not named after a process of
-    someone else's."""
+    someone else's: a staging mirror (gpudesk-mirror-PID-…) counts when PID is one of ours,
+    as other workers' producers staging in /dev/shm make theirs."""
 
     def ours(entry: str) -> bool:
         if os.path.isdir(os.path.join("/dev/shm", entry)):
             return False
+        if entry.startswith(staging.SHM_PREFIX):
+            maker = entry.removeprefix(staging.SHM_PREFIX).split("-")[0]
+            return not maker.isdigit() or int(maker) in pids
         numbers = {int(part) for part in entry.replace("-", "_").split("_") if part.isdigit()}
         return not numbers or bool(numbers & pids) or "gpudesk" in entry
 
