@@ -544,9 +544,7 @@ class Home:
         """Why `ensure` would refuse this personal home (not UTF-8, another user's, a link, a file)
         or None, found without creating anything: what a read that starts no engine says."""
         try:
-            if not is_text(str(self.root)):
-                raise _not_utf8(self.root, system=False)
-            check_owner(self.root)
+            self._check_name_and_owner()
             with contextlib.suppress(FileNotFoundError):
                 check_private(self.root, os.lstat(self.root), True, self._home_remedy)
         except HomeError as exc:  # UnsafePath too
@@ -608,11 +606,9 @@ class Home:
         Raises UnsafePath (one paragraph for the user) when any of them, or a state file, is
         a link or someone else's; HomeError when the home itself is another user's. A system
         engine's (root's): the socket folder is made 0750 with the station's `group`."""
-        if not is_text(str(self.root)):
-            raise _not_utf8(self.root, system=self.system_socket is not None)
+        self._check_name_and_owner()
         if self.system_socket is not None:
             return self._ensure_system(group)
-        check_owner(self.root)
         private_dir(self.root, self._home_remedy)
         for folder, remedy in self._socket_chain()[1 if self.sockets_inside else 0 :]:
             private_dir(folder, remedy)
@@ -620,6 +616,13 @@ class Home:
         for name in (self.db, f"{self.db}-wal", f"{self.db}-shm", self.lock, self.engine_log):
             check_state_file(Path(name))
         return self
+
+    def _check_name_and_owner(self) -> None:
+        """`ensure`'s and `refusal`'s first checks: a text name; a personal home not another's."""
+        if not is_text(str(self.root)):
+            raise _not_utf8(self.root, system=self.system_socket is not None)
+        if self.system_socket is None:
+            check_owner(self.root)
 
     def _ensure_system(self, group: int | None) -> Home:
         if os.geteuid() != 0:
