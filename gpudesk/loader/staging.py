@@ -275,6 +275,15 @@ def open_mirror(handle: MirrorHandle) -> torch.Tensor:
     return base.set_(storage, 0, (storage.nbytes(),), (1,))
 
 
+def mirror_maker(name: str) -> int | None:
+    """The pid of the producer that made the mirror segment named `name` in SHM_DIR
+    (gpudesk-mirror-PID-…), or None when `name` is not one."""
+    if not name.startswith(SHM_PREFIX):
+        return None
+    pid = name[len(SHM_PREFIX) :].split("-", 1)[0]
+    return int(pid) if pid.isdigit() else None
+
+
 def remove_stale_segments() -> list[str]:
     """Remove the "shm" segments a producer of this user left when it was killed (its `close`
     never ran): those whose producer's pid is gone. Another user's are not ours to touch (and
@@ -286,16 +295,16 @@ def remove_stale_segments() -> list[str]:
     except OSError:
         return removed
     for entry in entries:
-        if not entry.name.startswith(SHM_PREFIX):
+        pid = mirror_maker(entry.name)
+        if pid is None:
             continue
-        pid = entry.name[len(SHM_PREFIX) :].split("-", 1)[0]
         try:
             info = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        if not pid.isdigit() or info.st_uid != uid or not stat.S_ISREG(info.st_mode):
+        if info.st_uid != uid or not stat.S_ISREG(info.st_mode):
             continue
-        if process_alive(int(pid)):
+        if process_alive(pid):
             continue
         with contextlib.suppress(OSError):
             os.unlink(f"{SHM_DIR}/{entry.name}")

@@ -87,8 +87,8 @@ def assert_no_new_shm(before: set[str], pids: set[int]) -> None:
         if os.path.isdir(os.path.join("/dev/shm", entry)):
             return False
         if entry.startswith(staging.SHM_PREFIX):
-            maker = entry.removeprefix(staging.SHM_PREFIX).split("-")[0]
-            return not maker.isdigit() or int(maker) in pids
+            maker = staging.mirror_maker(entry)
+            return maker is None or maker in pids
         numbers = {int(part) for part in entry.replace("-", "_").split("_") if part.isdigit()}
         return not numbers or bool(numbers & pids) or "gpudesk" in entry
 
