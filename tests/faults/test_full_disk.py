@@ -292,10 +292,10 @@ def refused(*args: str) -> str:
 
 def refused_on_full_disk(disk: Path, home: Home, action: list[str], undo: list[str] | None) -> str:
     """`gpudesk ACTION` on a disk filled just before (`fill_beside_the_store`), refused
-    (`refused`). Should the action still find room (a store's write order is SQLite's: seen
-    before the WAL was emptied first, `suspend` once, `edit` once, a submit twice, in whole
-    runs under load), that is no fault: it is undone with room made (`undo`) and tried again,
-    three times at most; an action that cannot be undone (`cancel`) gets one try."""
+    (`refused`). Should the action still find room (before the WAL was emptied first,
+    `suspend`, `edit` and a submit each did, in whole runs under load), that is no fault: it
+    is undone with room made (`undo`) and tried again, three times at most; an action that
+    cannot be undone (`cancel`) gets one try."""
     for attempt in range(3 if undo is not None else 1):
         fill_beside_the_store(disk, home, f"filler-{action[0]}-{attempt}")
         done = cli(*action)
