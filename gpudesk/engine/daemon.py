@@ -40,12 +40,7 @@ from gpudesk.engine.archive import Archiver
 from gpudesk.engine.attempts import Attempts
 from gpudesk.engine.backends.local import LocalBackend
 from gpudesk.engine.backends.slurm import SlurmBackend
-from gpudesk.engine.control_socket import (
-    CannotListen,
-    ControlSocket,
-    SocketAccess,
-    SocketLimits,
-)
+from gpudesk.engine.control_socket import CannotListen, ControlSocket, SocketAccess, SocketLimits
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_control import Backends, JobControl
 from gpudesk.engine.learning import StationLearning
@@ -390,6 +385,7 @@ class Engine:
             ("logcap", self.logcap.check),
             ("archive", self.archiver.step),
             ("hooks", lambda: self.hooks.drain(self.store.add_event)),  # hooks that ended
+            ("store", lambda: self.stop() if self.store.keep_in_place() else None),
         ):
             started = clock()
             try:

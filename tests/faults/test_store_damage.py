@@ -115,6 +115,65 @@ def test_an_attempt_folder_that_exists_is_never_appended_to(engine: EngineHandle
     assert (stray / "output.log").read_text() == "not yours\n"
 
 
+# ------------------------------------------ the database under a running engine
+def job_names(db: Path) -> list[str]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return [name for (name,) in conn.execute("SELECT name FROM jobs ORDER BY id")]
+
+
+@pytest.mark.parametrize("what", ["the file", "with its WAL"])
+def test_a_database_removed_under_the_engine_is_written_back_and_loses_nothing(
+    engine: EngineHandle, what: str
+) -> None:
+    finished_job(engine, "before")
+    pid = engine.pid
+    if what == "the file":
+        engine.home.db.unlink()
+    else:
+        remove_database(engine.home)
+    finished_job(engine, "during")  # most likely before the engine looks: into its open copy
+    wait_for(engine.home.db.exists, 10.0, what="the database written back")
+    finished_job(engine, "after")  # into the file written back
+    said = " ".join(engine.home.engine_log.read_text().split())
+    assert f"the gpudesk database {engine.home.db} was removed while the engine ran" in said
+    assert "written back from the engine's open copy: nothing is lost" in said
+    assert engine.pid == pid  # it carried on
+
+    # the next engine reads every job, from the file at the path
+    engine.stop()
+    assert job_names(engine.home.db) == ["before", "during", "after"]
+    engine.start()
+    assert [job.name for job in engine.api.jobs()] == ["before", "during", "after"]
+    assert not list(engine.home.root.glob("gpudesk.db.*")), "no copy or partial file left"
+
+
+def test_a_database_replaced_under_the_engine_stops_it_and_keeps_its_copy(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    finished_job(engine, "first")
+    backup = tmp_path / "backup.db"
+    with (
+        contextlib.closing(sqlite3.connect(engine.home.db)) as live,
+        contextlib.closing(sqlite3.connect(backup)) as copy,
+    ):
+        live.backup(copy)
+    finished_job(engine, "second")  # after the backup: the backup does not know it
+    os.replace(backup, engine.home.db)  # put back as a user would, the engine running
+
+    wait_for(lambda: engine.pid is None, 10.0, what="the engine to stop")
+    (copy,) = engine.home.root.glob(f"{engine.home.db.name}.engine-*")
+    assert job_names(copy) == ["first", "second"]  # what the engine held is not lost
+    said = " ".join(engine.home.engine_log.read_text().split())
+    assert f"the gpudesk database {engine.home.db} was replaced while the engine ran" in said
+    assert f"the engine stops, leaving it to the next; its copy: {copy}" in said
+    # the next engine runs on the file put back (its stale WAL went with the old engine)
+    assert job_names(engine.home.db) == ["first"]
+    engine.start()
+    assert [job.name for job in engine.api.jobs()] == ["first"]
+    (third,) = engine.submit({"name": "third", "command": ["true"]})
+    assert engine.wait_state(third, "succeeded").id > 2  # never job 2's id again
+
+
 # ------------------------------------------------- a damaged or newer database
 def test_a_damaged_database_is_one_paragraph_not_a_traceback(home: Home) -> None:
     home.ensure()

@@ -9,6 +9,8 @@ one transaction, so a crash leaves either all of it or none of it. The schema is
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -28,9 +30,13 @@ from gpudesk.engine.store.family_backfill import (
 )
 from gpudesk.engine.store.records import read_event
 from gpudesk.engine.store.schema import MIGRATIONS, SCHEMA_VERSION, IncompatibleStore, StoreError
+from gpudesk.sqlite_file import PathWatch, write_copy
 from gpudesk.text import safe_text
 
 _Store = TypeVar("_Store", bound="StoreConnection")
+log = logging.getLogger("gpudesk.engine")
+# How often the engine looks that its database file is still the one it opened (a stat(2)).
+WHEREABOUTS_EVERY_S = 1.0
 
 
 class StoreConnection:
@@ -41,22 +47,57 @@ class StoreConnection:
         self.path = path
         self._env_ids: dict[str, int] = {}  # digest -> row id; rows are never deleted
         self._checkpoints: Checkpoints | None = None
+        self._watch = PathWatch(path, WHEREABOUTS_EVERY_S)  # the file opened still there
+        self._moved = False  # the file this connection writes is no longer at its path
+        self._save_to: Path | None = None  # where the store's copy goes as it closes
 
     @classmethod
     def open(cls: type[_Store], path: str | Path) -> _Store:
         try:
-            conn = sqlite3.connect(str(path), isolation_level=None, timeout=10.0)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
-            # NORMAL in WAL mode survives a process crash; only an OS crash can lose the last
-            # commit.
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA foreign_keys=ON")
-            store = cls(conn, Path(path))
+            store = cls(_connect(path), Path(path))
             store._migrate()
+            store._watch.renew()  # its side files made by now
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open the gpudesk database {path}: {exc}") from exc
         return store
+
+    def keep_in_place(self) -> bool:
+        """Make sure the engine's writes reach the file a later engine reads (sqlite_file says
+        how they could not). A database removed is written back from this open copy, used from
+        then on. One replaced (a backup moved into its place) is left to the next engine: this
+        copy is saved beside it as the store closes, and True says the engine must stop."""
+        moved = self._watch.moved()
+        if moved is None:
+            return False
+        said = f"the gpudesk database {self.path} was {moved} while the engine ran"
+        if moved == "replaced":
+            self._moved = True
+            self._save_to = self.path.with_name(f"{self.path.name}.engine-{int(time.time())}")
+            log.error(
+                "%s; the engine stops, leaving it to the next; its copy: %s", said, self._save_to
+            )
+            return True
+        try:
+            self._write_back()
+        except (OSError, sqlite3.Error) as exc:
+            self._watch.rest(60.0)  # said once a minute, not once a second
+            log.error("%s, and the engine's copy of it cannot be written: %s", said, exc)
+            return False
+        log.error("%s; it is written back from the engine's open copy: nothing is lost", said)
+        return False
+
+    def _write_back(self) -> None:
+        """The open database written back to its path, and both connections moved to it."""
+        restored = self.path.with_name(self.path.name + ".restored")
+        write_copy(self._conn, restored)  # should it fail, nothing has changed
+        self._moved = True
+        self.close()  # and the moved file's side files removed
+        self._moved = False
+        os.replace(restored, self.path)
+        self._conn = _connect(self.path)
+        self._watch.renew()
+        if self._checkpoints is not None:
+            self.checkpoint_elsewhere(self._checkpoints.every_s)
 
     def checkpoint_elsewhere(self, every_s: float = CHECKPOINT_EVERY_S) -> None:
         """The engine's store: SQLite's checkpoints on a thread of their own, at most one every
@@ -66,9 +107,16 @@ class StoreConnection:
         self._conn.execute("PRAGMA journal_size_limit = 0")
 
     def close(self) -> None:
+        if self._save_to is not None:  # the last of what the engine wrote, where it is read
+            try:
+                write_copy(self._conn, self._save_to)
+            except (OSError, sqlite3.Error) as exc:
+                log.error("the engine's copy of %s cannot be written: %s", self.path, exc)
         if self._checkpoints is not None:
             self._checkpoints.close()
         self._conn.close()
+        if self._moved:
+            self._watch.drop_side_files()
 
     @property
     def schema_version(self) -> int:
@@ -168,3 +216,13 @@ class StoreConnection:
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (key, json.dumps(value)),
             )
+
+
+def _connect(path: str | Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=10.0)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    # NORMAL in WAL mode survives a process crash; only an OS crash can lose the last commit.
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn

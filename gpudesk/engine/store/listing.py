@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,13 +207,6 @@ class JobListing(StoreConnection):
         jobs, damaged = read_rows(rows)
         return JobPage(jobs, more, cursor, total, damaged)
 
-    def page_plan(self, **filters: Any) -> list[str]:
-        """EXPLAIN QUERY PLAN of the page query `jobs_page` runs with these filters (each step's
-        words): the proof, in the tests, that a listing walks an index. An unknown filter
-        raises TypeError."""
-        query = _page_query(**{"limit": 100, **filters})
-        return [] if query is None else self._plan(query.page_sql, query.page_params)
-
     def archive_finished(self, ended_before: float, batch: int) -> int:
         """Archive at most `batch` finished jobs that ended before `ended_before`, oldest end
         first; how many were. Bounded so one engine tick never holds the loop long."""
@@ -222,18 +215,6 @@ class JobListing(StoreConnection):
                 f"UPDATE jobs SET archived = 1 WHERE id IN ({_DUE_FOR_ARCHIVE})",
                 (ended_before, batch),
             ).rowcount
-
-    def archive_plan(self) -> list[str]:
-        """EXPLAIN QUERY PLAN of the choice of the next batch to archive (for the tests)."""
-        return self._plan(_DUE_FOR_ARCHIVE, (0.0, 1))
-
-    def _plan(self, sql: str, params: Sequence[Any]) -> list[str]:
-        """EXPLAIN QUERY PLAN of `sql`: each step's words."""
-        rows = self._conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)
-        return [str(row["detail"]) for row in rows]
-
-    def archived_count(self) -> int:
-        return int(self._conn.execute("SELECT COUNT(*) FROM jobs WHERE archived = 1").fetchone()[0])
 
 
 # The next finished jobs to archive, oldest end first. INDEXED BY: left to itself the planner
