@@ -17,6 +17,7 @@ from gpudesk.text import quoted
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
+    from gpudesk.core.wire.jobs import JobView
 
 wait_app = typer.Typer()
 
@@ -32,7 +33,8 @@ def wait(
         "-g",
         metavar="RUN",
         help="Every job of this run, as queue --all --group lists them (those ended too), in "
-        "the order they were submitted.",
+        "the order they were submitted, and those it gains while waited for (a run still "
+        "submitting).",
     ),
     timeout: float | None = typer.Option(
         None, "--timeout", min=0, help="Give up after this many seconds (exit 124)."
@@ -52,15 +54,22 @@ def wait(
     with reading_client(jobs[0] if jobs else None) as client:
         ids = waited_ids(client, jobs) if jobs else _run_ids(client, str(group))
         what = f"the run {group}" if group is not None else f"job(s) {' '.join(jobs)}"
+
+        def wait_until_ended(these: list[int]) -> list[JobView]:
+            return wait_for_jobs(
+                client,
+                these,
+                stop=None if deadline is None else lambda: time.monotonic() >= deadline,
+                on_end=None if quiet else lambda job: print(job.outcome, flush=True),
+                usage=False,
+            )
+
         try:
             with engine_kept_waiting(client.home, what):
-                ended = wait_for_jobs(
-                    client,
-                    ids,
-                    stop=None if deadline is None else lambda: time.monotonic() >= deadline,
-                    on_end=None if quiet else lambda job: print(job.outcome, flush=True),
-                    usage=False,
-                )
+                ended = wait_until_ended(ids)
+                while group is not None and (later := _run_ids(client, group, after=ids)):
+                    ids += later  # parts the run gained meanwhile
+                    ended += wait_until_ended(later)
         except WaitStopped:
             if not quiet:
                 print(f"gave up after {timeout:g} s; some jobs have not ended", file=sys.stderr)
@@ -70,9 +79,15 @@ def wait(
     raise typer.Exit(failed[0].exit_status if failed else 0)
 
 
-def _run_ids(client: Client, group: str) -> list[int]:
-    """The ids of `group`'s jobs, oldest first, or one paragraph (exit 2) where it has none."""
+def _run_ids(client: Client, group: str, after: list[int] | None = None) -> list[int]:
+    """The ids of `group`'s jobs, oldest first, or one paragraph (exit 2) where it has none.
+    `after`: only those not among these ids, waited for already. A run may gain jobs while it
+    is waited for (one still submitting its parts), and `--group` waits for those too, as
+    `pueue wait --group` does."""
     ids = sorted(job.id for job in client.job_listing(group=group, archived=True).jobs)
+    if after is not None:
+        waited = set(after)
+        return [job_id for job_id in ids if job_id not in waited]
     if not ids:
         fail(
             f"--group: no job is in the run {quoted(group)}: a run's name is what `gpudesk run` "

@@ -258,3 +258,38 @@ def test_a_bundled_examples_pre_pass_runs_in_the_current_folder_as_its_jobs_do(
         run.send_signal(signal.SIGINT)  # the run cancels its jobs as it leaves
         run.wait(60)
     assert prepass["spec"]["workdir"] == str(tmp_path), prepass
+
+
+def test_wait_for_a_run_waits_too_for_the_jobs_it_gains_meanwhile(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """A run still submitting when `wait --group` lists it (its later parts, a script adding to
+    its group) is waited for to its last job, as `pueue wait --group` does."""
+    gates = [tmp_path / f"gate{k}" for k in range(3)]
+
+    def gated(k: int) -> JobSpec:
+        script = f"while [ ! -e {gates[k]} ]; do sleep 0.02; done; exit {k}"
+        return JobSpec(name=f"j{k}", command=("sh", "-c", script), group="r@2.2")
+
+    (first, second) = engine.api.submit_jobs([gated(0), gated(1)]).ids
+    waiting = subprocess.Popen(
+        [*GPUDESK, "wait", "--group", "r@2.2"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        gates[0].touch()
+        assert waiting.stdout is not None
+        said = [waiting.stdout.readline()]  # the first job's end: the run was listed before
+        assert said[0].split()[1] == str(first), said
+        (late,) = engine.api.submit_jobs([gated(2)]).ids
+        gates[1].touch()  # the jobs it listed have all ended now; the late one has not
+        gates[2].touch()
+        out, _ = waiting.communicate(timeout=60)
+    finally:
+        for gate in gates:
+            gate.touch()
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+    said += out.splitlines()
+    assert [int(line.split()[1]) for line in said] == [first, second, late], said
+    assert waiting.returncode == 1  # the first that failed, in the order submitted: j1's exit 1
