@@ -3,7 +3,6 @@ requeue` (`wait`: gpudesk.cli.wait). Each command parses, asks the engine, print
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 from pathlib import Path
@@ -322,35 +321,6 @@ def show(
 
 
 # -------------------------------------------------------------------------- logs
-def _print_log_json(
-    client: Client, data: JobDetail, attempt: AttemptView | None, lines: int | None
-) -> None:
-    """`logs --json`: the attempt's output as it is now, in one object."""
-    from gpudesk.cli.logs import LogFollower
-
-    output = io.StringIO()
-    if attempt is not None:
-        LogFollower(
-            client,
-            data.job.id,
-            output,
-            data.job.uid,
-            # JSON escapes control characters itself; another user's job is spelled out as
-            # the engine spells it out for its other readers
-            spell_controls=os.geteuid() != data.job.uid,
-            keep_carriage_return=True,
-        ).dump(attempt, lines)
-    print_json(
-        {
-            "job": data.job.id,
-            "name": data.job.name,
-            "state": data.job.state,
-            "attempt": attempt.number if attempt else None,
-            "output": output.getvalue(),
-        }
-    )
-
-
 def _stdout_follower(client: Client, data: JobDetail, raw: bool) -> LogFollower:
     """`gpudesk logs`' printer: spelled out on a terminal (unless `raw`), else the job's bytes,
     byte for byte, on stdout's buffer."""
@@ -407,6 +377,7 @@ def logs(
     """Print a job's output."""
     from gpudesk import joblog
     from gpudesk.cli import job_extras_view
+    from gpudesk.cli.logs import print_log_json
     from gpudesk.cli.std_streams import follow_to_the_end
     from gpudesk.untrusted import UntrustedFileError
 
@@ -435,7 +406,7 @@ def logs(
             return
         try:
             if json_out:  # a log the job replaced (a link, a FIFO) is refused as plain logs'
-                _print_log_json(client, data, attempts[-1] if attempts else None, lines)
+                print_log_json(client, data, attempts[-1] if attempts else None, lines)
                 return
             follower = _stdout_follower(client, data, raw)
             if follow and attempt is None:

@@ -25,18 +25,26 @@ import errno
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, BinaryIO, Protocol, TextIO
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
 from gpudesk.joblog import CHUNK_BYTES, LogStream, Piece
-from gpudesk.text import printable
+from gpudesk.text import json_text, printable
 from gpudesk.units import byte_size
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
-    from gpudesk.api.models import AttemptView, JobView
+    from gpudesk.api.models import AttemptView, JobDetail, JobView
 
 POLL_S = 0.2
 TAIL_BLOCK = 64 << 10  # what `-n` reads at a time, walking back from the end
+
+
+class TextOut(Protocol):
+    """Where a follower writes text: a text stream, or `logs --json`'s escaping writer."""
+
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
 
 
 class LogReader(Protocol):
@@ -129,7 +137,7 @@ class LogFollower:
         self,
         client: Client,
         job_id: int,
-        out: TextIO,
+        out: TextOut,
         owner_uid: int | None = None,
         *,
         spell_controls: bool = False,
@@ -245,3 +253,53 @@ class LogFollower:
             self.out.write(rest)
         self.out.flush()
         self._decoder.reset()
+
+
+def print_log_json(
+    client: Client, data: JobDetail, attempt: AttemptView | None, lines: int | None
+) -> None:
+    """`logs --json`: the attempt's output as it is now, in one object. The output is written
+    as it is read, escaped piece by piece, never held whole: a 100 MB log held as one string
+    took 0.8 GB (docs/benchmarks.md)."""
+    fields = {
+        "job": data.job.id,
+        "name": data.job.name,
+        "state": data.job.state,
+        "attempt": attempt.number if attempt else None,
+        "output": "",
+    }
+    whole = json_text(fields, indent=2)
+    opening = whole.rindex('""') + 1  # "output" comes last: its empty string's quotes
+    out = _JsonStringOut(whole[:opening])
+    if attempt is not None:
+        LogFollower(
+            client,
+            data.job.id,
+            out,
+            data.job.uid,
+            # JSON escapes control characters itself; another user's job is spelled out as
+            # the engine spells it out for its other readers
+            spell_controls=os.geteuid() != data.job.uid,
+            keep_carriage_return=True,
+        ).dump(attempt, lines)
+    out.write("")
+    sys.stdout.write(whole[opening:] + "\n")
+
+
+class _JsonStringOut:
+    """Text written to stdout as the inside of a JSON string, as `json_text` escapes it (each
+    character on its own: the pieces' ends change nothing), after `head`. The head waits for
+    the first write: a log refused as it is opened (a FIFO, a link) leaves stdout empty."""
+
+    def __init__(self, head: str) -> None:
+        self.head: str | None = head
+
+    def write(self, text: str) -> int:
+        if self.head is not None:
+            sys.stdout.write(self.head)
+            self.head = None
+        sys.stdout.write(json_text(text)[1:-1])
+        return len(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
