@@ -119,7 +119,7 @@ def engine_client(*, autostart: bool = True, timeout: float | None = None) -> Cl
 # How a command's job arguments read (docs/jobs.md), in each command's --help
 JOB_REFS_HELP = (
     "Job ids or names; an array's id names every task of the array, ID_TASK (144_2) one task, "
-    "as in Slurm."
+    "ID_[INDEXES] (144_[0-3,7]) those tasks, as in Slurm."
 )
 ONE_JOB_HELP = (
     "Job id, array task (ID_TASK: 144_2), or name (the newest job of that name); an array's "

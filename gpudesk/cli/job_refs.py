@@ -26,14 +26,29 @@ Act = Callable[[list[str]], list["ActionOutcome"]]
 SAID_DONE = 5
 
 
+def spelled_refs(refs: Sequence[str]) -> list[str]:
+    """The refs with each range of an array's tasks spelled out (`144_[0-2]`: 144_0 144_1
+    144_2, as scancel takes it), or one paragraph (exit 2) for a range that is none."""
+    from gpudesk.cli.common import fail
+    from gpudesk.cli.exit_codes import EXIT_USAGE
+    from gpudesk.core.field_checks import task_range_refs
+
+    try:
+        return task_range_refs(list(refs))
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
 def act_on_known(
     client: Client, refs: Sequence[str], act: Act
 ) -> tuple[list[ActionOutcome], list[str]]:
-    """What `act` did to the jobs `refs` name, and the refs that name no job (each once, in
-    the order given); `act` is asked once, or twice where some name none."""
+    """What `act` did to the jobs `refs` name (a range of an array's tasks: each task), and the
+    refs that name no job (each once, in the order given); `act` is asked once, or twice where
+    some name none."""
     from gpudesk.api.errors import EngineError
     from gpudesk.core.protocol import UNKNOWN_JOB
 
+    refs = spelled_refs(refs)
     try:
         results, unknown = act(list(refs)), []
     except EngineError as exc:

@@ -12,6 +12,7 @@ import typer
 
 from gpudesk.cli.common import JOB_REFS_HELP, complete_job, fail
 from gpudesk.cli.exit_codes import EXIT_TIMED_OUT, EXIT_USAGE
+from gpudesk.cli.job_refs import spelled_refs
 from gpudesk.cli.no_engine import engine_kept_waiting, reading_client
 from gpudesk.text import quoted
 
@@ -52,7 +53,7 @@ def wait(
         fail("which jobs? name them, or give one run's with --group RUN (not both)", EXIT_USAGE)
     deadline = None if timeout is None else time.monotonic() + timeout
     with reading_client(jobs[0] if jobs else None) as client:
-        ids = waited_ids(client, jobs) if jobs else _run_ids(client, str(group))
+        ids = waited_ids(client, spelled_refs(jobs)) if jobs else _run_ids(client, str(group))
         what = f"the run {group}" if group is not None else f"job(s) {' '.join(jobs)}"
 
         def wait_until_ended(these: list[int]) -> list[JobView]:

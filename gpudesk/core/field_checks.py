@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from gpudesk.core.submit_options import MAX_ARRAY_TASKS, parse_array
 from gpudesk.text import one_line_refusal
 
 MAX_NAME_LEN = 200
@@ -72,15 +73,38 @@ def array_task_ref(ref: str) -> tuple[int, int] | None:
 
 
 def task_range_refusal(ref: str) -> str | None:
-    """Why `ref` is refused as a job reference: Slurm's range of an array's tasks
-    (`144_[0-2]`), which gpudesk does not take; None for any other reference."""
+    """Why `ref` is refused as one job's reference: Slurm's range of an array's tasks
+    (`144_[0-2]`), which names several (the commands that act on many expand it first:
+    `task_range_refs`); None for any other reference."""
     if _TASK_RANGE.match(ref) is None:
         return None
     array = ref.split("_", 1)[0]
-    return (
-        f"{ref}: a range of an array's tasks is not taken; name the array ({array}: all its "
-        f"tasks) or each task ({array}_0 {array}_1 ...)"
-    )
+    return f"{ref}: a range of an array's tasks names several jobs; name one task here ({array}_0)"
+
+
+def task_range_refs(refs: list[str]) -> list[str]:
+    """`refs` with each range of an array's tasks spelled out as Slurm's scancel reads it
+    (`144_[0-2,5]`: 144_0 144_1 144_2 144_5; the indices as sbatch --array takes them, without
+    a throttle), or ValueError saying in one sentence what is wrong with one."""
+    spelled: list[str] = []
+    for ref in refs:
+        if _TASK_RANGE.match(ref) is None:
+            spelled.append(ref)
+            continue
+        array, _, indexes = ref.partition("_")
+        if not indexes.endswith("]") or "%" in indexes or len(array) > _MOST_DIGITS:
+            raise ValueError(
+                f"{ref}: a range of an array's tasks is ID_[INDEXES], the indexes as --array "
+                "takes them (144_[0-2,5], 144_[0-20:4])"
+            )
+        try:
+            tasks = parse_array(indexes[1:-1]).tasks
+        except ValueError as exc:
+            raise ValueError(f"{ref}: {exc}") from None
+        if len(spelled) + len(tasks) > MAX_ARRAY_TASKS:
+            raise ValueError(f"{ref}: at most {MAX_ARRAY_TASKS:,} jobs are named at once")
+        spelled.extend(f"{array}_{task}" for task in tasks)
+    return spelled
 
 
 def reads_as_job_number(ref: str) -> bool:

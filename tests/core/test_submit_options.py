@@ -141,7 +141,12 @@ def test_a_ref_of_digits_underscore_digits_is_an_arrays_task_and_never_a_name() 
     """Slurm's JOBID_TASK (docs/jobs.md): `144_2` is task 2 of array 144; a task's name
     (`sw_0`) stays a name; a job may not be named so that a reference would read it as a
     task, as it may not be named all digits; a range of tasks is refused, saying why."""
-    from gpudesk.core.field_checks import array_task_ref, check_job_name, task_range_refusal
+    from gpudesk.core.field_checks import (
+        array_task_ref,
+        check_job_name,
+        task_range_refs,
+        task_range_refusal,
+    )
 
     assert array_task_ref("144_2") == (144, 2)
     assert [array_task_ref(ref) for ref in ("sw_0", "144", "144_", "_2", "1_2_3", "١_٢")] == [
@@ -149,9 +154,26 @@ def test_a_ref_of_digits_underscore_digits_is_an_arrays_task_and_never_a_name() 
     ] * 6
     assert array_task_ref("1" * 19 + "_2") is None  # past any id: a name that names no job
     assert task_range_refusal("sw_0") is None and task_range_refusal("144_2") is None
-    assert "144_[0-2]: a range of an array's tasks is not taken" in str(
+    assert "144_[0-2]: a range of an array's tasks names several jobs" in str(
         task_range_refusal("144_[0-2]")
     )
+    # spelled out where a command acts on many (scancel 144_[0-2,5]), other refs as they are
+    assert task_range_refs(["7", "144_[0-2,5]", "sw_0", "9_[0-8:4]"]) == [
+        "7",
+        "144_0",
+        "144_1",
+        "144_2",
+        "144_5",
+        "sw_0",
+        "9_0",
+        "9_4",
+        "9_8",
+    ]
+    for bad in ("144_[0-2%2]", "144_[", "144_[x]", "144_[0-20000]", "144_[3-1]"):
+        with pytest.raises(ValueError, match=r"144_\["):
+            task_range_refs([bad])
+    with pytest.raises(ValueError, match="at most 10,000 jobs are named at once"):
+        task_range_refs(["1_[0-9999]", "2_[0]"])
     assert check_job_name("sw_0") == "sw_0"
     for name in ("144_2", "144_[0-2]"):
         with pytest.raises(ValueError, match="cannot read as an array's task"):

@@ -67,17 +67,35 @@ def test_an_array_id_names_every_task_and_id_task_one_of_them(
     engine.api.cancel([head, gate], grace=0)
 
 
-def test_a_task_name_stays_a_name_and_a_task_range_is_refused_in_one_line(
+def test_a_task_name_stays_a_name_and_a_task_range_names_its_tasks(
     engine: EngineHandle, gpudesk: Run
 ) -> None:
-    head, one, _two = submit_array(gpudesk, "--hold", "--", "true")
+    """A range of an array's tasks (`144_[0,2]`) names those tasks where a command acts on
+    many jobs, as scancel takes it; where it takes one job, one line says to name one."""
+    head, one, two = submit_array(gpudesk, "--hold", "--", "true")
     code, out, err = gpudesk("show", "sw_1")  # a task's name: a name
     assert code == 0 and out.startswith(f"job {one}: sw_1"), (out, err)
     code, out, err = gpudesk("show", f"{head}_1")
     assert code == 0 and out.startswith(f"job {one}: sw_1"), (out, err)
-    code, out, err = gpudesk("hold", f"{head}_[0-2]")
+    code, out, err = gpudesk("show", f"{head}_[0-2]")
     assert code != 0 and out == "" and len(err.strip().splitlines()) == 1, (out, err)
-    assert "a range of an array's tasks is not taken" in err and "Traceback" not in err
+    assert "names several jobs; name one task here" in err and "Traceback" not in err
+    code, out, err = gpudesk("release", f"{head}_[0,2]", f"{head}_[7]")
+    assert code == 1 and err.strip() == f"error: no job {head}_7", (out, err)
+    assert [line.split(":")[0] for line in out.splitlines()] == [
+        f"job {head} (sw_0)",
+        f"job {two} (sw_2)",
+    ]
+    assert engine.job(one).held and not engine.job(two).held
+    for bad, said in (
+        (f"{head}_[0-2%2]", "the indexes as --array takes them"),
+        (f"{head}_[2-0]", "a range goes up"),
+        (f"{head}_[0-2", "the indexes as --array takes them"),
+    ):
+        code, out, err = gpudesk("cancel", bad)
+        assert code == 2 and out == "" and f"error: {bad}: " in err and said in err, err
+    code, out, err = gpudesk("wait", "--timeout", "0", f"{head}_[1]")
+    assert code == 124, (out, err)  # task 1 is held: the range named it, and only it
     code, _, err = gpudesk("submit", "--name", "144_2", "--", "true")
     assert code == 2 and "cannot read as an array's task" in err, err
     engine.api.cancel([head], grace=0)
