@@ -160,7 +160,8 @@ def test_a_readonly_desk_watches_a_running_engine_and_starts_none(
     home: Home, args: tuple[str, ...]
 ) -> None:
     """The desk starts the engine (jobs are submitted and acted on there); `--readonly` only
-    watches, so it is a reader: one line, exit 3, no engine. On a terminal, as the desk needs."""
+    watches, so it is a reader: one line, exit 3, no engine. On a terminal that can draw, as
+    the desk needs (whatever TERM the tests run under: a CI's may be `dumb`)."""
     controller, terminal = pty.openpty()
     try:
         done = subprocess.run(
@@ -171,6 +172,7 @@ def test_a_readonly_desk_watches_a_running_engine_and_starts_none(
             text=True,
             timeout=60,
             check=False,
+            env={**os.environ, "TERM": "xterm-256color"},
         )
     finally:
         os.close(terminal)
