@@ -42,8 +42,8 @@ _AGO = re.compile(r"(?:now)?\s*-?\s*(\d+(?:\.\d+)?)\s*([a-z]+)")  # now-5min, 3h
 def parse_since(text: str, now: float | None = None) -> float:
     """A point in time: a date or date-time (2026-11-20, 2026-11-20T14:00, "2026-11-20 14:00",
     local time), a time of day (14:00: today's, yesterday's while it is still ahead), `today`,
-    or how long ago, in --begin's and sacct's words (90m, 3h, 2d, now-5min, 1week). Raises
-    ValueError saying what is accepted."""
+    `yesterday` (its midnight), or how long ago, in --begin's and sacct's words (90m, 3h, 2d,
+    now-5min, 1week). Raises ValueError saying what is accepted."""
     from gpudesk.core.submit_options import CLOCK, TIME_UNITS
     from gpudesk.units import parse_duration
 
@@ -64,6 +64,8 @@ def parse_since(text: str, now: float | None = None) -> float:
     today = dt.datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
     if lower in ("today", "midnight"):
         return today.timestamp()
+    if lower == "yesterday":  # its midnight, as GNU date reads it (DST as that day's)
+        return (today - dt.timedelta(days=1)).timestamp()
     if match := CLOCK.fullmatch(lower):
         hour, minute, second = (int(g or 0) for g in match.groups())
         with contextlib.suppress(ValueError):
@@ -80,7 +82,7 @@ def parse_since(text: str, now: float | None = None) -> float:
             return now - parse_duration(value)  # 1h30m
     raise ValueError(
         f"'{printable_line(text)}' is not a time: give a date or date-time (2026-11-20, "
-        "2026-11-20 14:00), a time of day (14:00), today, or how long ago (90m, 3h, 2d, "
+        "2026-11-20 14:00), a time of day (14:00), today, yesterday, or how long ago (90m, 3h, 2d, "
         "now-5min, 1week)"
     )
 
@@ -89,8 +91,8 @@ _SINCE = typer.Option(
     None,
     "--since",
     metavar="WHEN",
-    help="Only jobs that ended since then: 2026-11-20, '2026-11-20 14:00', 14:00, today, or how "
-    "long ago: 90m, 3h, 2d, now-5min, 1week (--begin's units).",
+    help="Only jobs that ended since then: 2026-11-20, '2026-11-20 14:00', 14:00, today, "
+    "yesterday, or how long ago: 90m, 3h, 2d, now-5min, 1week (--begin's units).",
 )
 _FORMAT = typer.Option(
     "table",

@@ -161,6 +161,7 @@ def test_since_takes_the_time_words_begin_and_sacct_take() -> None:
         "1h30m": 5400,
         "20:08": 52 * 60 + 30,
         "today": 21 * 3600 + 30,
+        "yesterday": 45 * 3600 + 30,  # its midnight, as GNU date reads it
     }
     for text, seconds in ago.items():
         assert now - parse_since(text, now) == pytest.approx(seconds), text
