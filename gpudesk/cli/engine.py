@@ -103,7 +103,10 @@ def engine_start(
     station, keys = _station_from_options(slots, policy, backend)
     pid = engine_pid(home)
     if pid is not None:
-        fail(f"{home.description} is already running (pid {pid})")
+        if foreground:
+            fail(f"{home.description} is already running (pid {pid})")
+        _already_running(home, pid, station, keys)
+        return
     if foreground:
         import logging
 
@@ -120,6 +123,36 @@ def engine_start(
     already_done(f"the engine was started all the same (pid {pid}): gpudesk engine status shows it")
     # the home's path spelled out (GPUDESK_HOME may hold an ESC), as in every line here
     print(printable_line(f"engine started (pid {pid}): {home.description}"))
+
+
+def _already_running(
+    home: Home, pid: int, station: StationConfig | None, keys: tuple[str, ...]
+) -> None:
+    """`engine start` where the engine runs: nothing to do, exit 0, as `systemctl start` (and
+    `engine stop` where none runs). Unless it was given a setting the running engine has
+    otherwise, which starting would not apply: one paragraph, exit 1, saying what does."""
+    from gpudesk.api.client import Client
+    from gpudesk.api.errors import EngineError
+
+    if station is not None and keys:
+        try:
+            with Client.connect(home, autostart=False) as client:
+                running = client.status().station
+        except (EngineError, OSError):
+            fail(f"{home.description} is already running (pid {pid})")
+        # slots unset is the host's cores: what it runs with is what is compared
+        has_now = {key: getattr(running, key) for key in keys} | {
+            "slots": running.slots or running.effective_slots
+        }
+        other = [key for key in keys if has_now[key] != getattr(station, key)]
+        if other:
+            has = ", ".join(f"{key}={has_now[key]}" for key in other)
+            wanted = " ".join(f"{key}={getattr(station, key)}" for key in other)
+            fail(
+                f"{home.description} is already running (pid {pid}), with {has}: starting it "
+                f"changes nothing on a running engine; `gpudesk engine set {wanted}` does"
+            )
+    print(printable_line(f"engine already running (pid {pid}): {home.description}"))
 
 
 @engine_app.command("stop")

@@ -605,8 +605,15 @@ def test_commands_start_the_engine_when_needed_and_engine_commands(home: Home) -
     assert result.returncode == 0, result.stderr
     status = json.loads(gpudesk("engine", "status", "--json").stdout)
     assert status["running"] is True and status["home"] == str(home.root)
+    # starting it again: nothing to do (exit 0), as `systemctl start`; with a setting it runs
+    # otherwise, one paragraph saying what changes it (exit 1), and it is not changed
     again = gpudesk("engine", "start")
-    assert again.returncode == 1 and "already running" in again.stderr
+    assert again.returncode == 0 and again.stdout.startswith("engine already running"), again
+    same = gpudesk("engine", "start", "--slots", str(status["station"]["effective_slots"]))
+    assert same.returncode == 0 and "engine already running" in same.stdout, same
+    other = gpudesk("engine", "start", "--policy", "fifo")
+    assert other.returncode == 1 and "`gpudesk engine set policy=fifo` does" in other.stderr
+    assert json.loads(gpudesk("engine", "status", "--json").stdout)["pid"] == status["pid"]
     stopped = gpudesk("engine", "stop")
     assert stopped.returncode == 0 and "engine stopped" in stopped.stdout
     assert gpudesk("engine", "status").returncode == 3
