@@ -80,6 +80,7 @@ log = logging.getLogger("gpudesk.engine")
 ENGINE_WORK_UID = -1
 LOADER_STATUS_WORK = "asking the shared loaders for their status"
 EXIT_BAD_HOME = 4  # the home's state cannot be used as it is: the log says why and what to do
+EXIT_STORE_REPLACED = 1  # a failure to systemd: its next engine opens the file put there
 IDLE_POLL_S = 1.0
 RETRY_AFTER_ERROR_S = 2.0
 FULL_DISK_REPEAT_S = 300.0  # how often a disk that stays full is mentioned again in the log
@@ -517,7 +518,7 @@ def serve(
             store.close()
     finally:
         lock.close()
-    return 0
+    return EXIT_STORE_REPLACED if store.replaced else 0
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -150,22 +150,45 @@ def test_a_database_removed_under_the_engine_is_written_back_and_loses_nothing(
 def test_a_database_replaced_under_the_engine_stops_it_and_keeps_its_copy(
     engine: EngineHandle, tmp_path: Path
 ) -> None:
-    finished_job(engine, "first")
-    backup = tmp_path / "backup.db"
-    with (
-        contextlib.closing(sqlite3.connect(engine.home.db)) as live,
-        contextlib.closing(sqlite3.connect(backup)) as copy,
-    ):
-        live.backup(copy)
-    finished_job(engine, "second")  # after the backup: the backup does not know it
-    os.replace(backup, engine.home.db)  # put back as a user would, the engine running
+    """A backup moved into the database's place while the engine runs: the engine saves what
+    it holds beside it and stops with a failure (systemd's Restart=on-failure then starts the
+    next engine, on the file put back), without the old WAL SQLite would replay into it."""
+    engine.stop()  # run the daemon here instead, to see how it exits
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "gpudesk.engine.daemon", "--home", str(engine.home.root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
 
-    wait_for(lambda: engine.pid is None, 10.0, what="the engine to stop")
+        def listening() -> bool:  # its pid is written as it locks, before it listens
+            with contextlib.suppress(Exception):
+                return bool(engine.client.request("ping")["pid"] == daemon.pid)
+            return False
+
+        wait_for(listening, 30.0, what="the engine to listen")
+        finished_job(engine, "first")
+        backup = tmp_path / "backup.db"
+        with (
+            contextlib.closing(sqlite3.connect(engine.home.db)) as live,
+            contextlib.closing(sqlite3.connect(backup)) as copy,
+        ):
+            live.backup(copy)
+        finished_job(engine, "second")  # after the backup: the backup does not know it
+        os.replace(backup, engine.home.db)  # put back as a user would, the engine running
+        _, err = daemon.communicate(timeout=30)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+    assert daemon.returncode == 1, err  # a failure: a service manager starts the next one
     (copy,) = engine.home.root.glob(f"{engine.home.db.name}.engine-*")
     assert job_names(copy) == ["first", "second"]  # what the engine held is not lost
-    said = " ".join(engine.home.engine_log.read_text().split())
+    said = " ".join(err.split())
     assert f"the gpudesk database {engine.home.db} was replaced while the engine ran" in said
     assert f"the engine stops, leaving it to the next; its copy: {copy}" in said
+    assert "Traceback" not in err, err
     # the next engine runs on the file put back (its stale WAL went with the old engine)
     assert job_names(engine.home.db) == ["first"]
     engine.start()

@@ -48,7 +48,6 @@ class StoreConnection:
         self._env_ids: dict[str, int] = {}  # digest -> row id; rows are never deleted
         self._checkpoints: Checkpoints | None = None
         self._watch = PathWatch(path, WHEREABOUTS_EVERY_S)  # the file opened still there
-        self._moved = False  # the file this connection writes is no longer at its path
         self._save_to: Path | None = None  # where the store's copy goes as it closes
 
     @classmethod
@@ -71,7 +70,6 @@ class StoreConnection:
             return False
         said = f"the gpudesk database {self.path} was {moved} while the engine ran"
         if moved == "replaced":
-            self._moved = True
             self._save_to = self.path.with_name(f"{self.path.name}.engine-{int(time.time())}")
             log.error(
                 "%s; the engine stops, leaving it to the next; its copy: %s", said, self._save_to
@@ -86,13 +84,16 @@ class StoreConnection:
         log.error("%s; it is written back from the engine's open copy: nothing is lost", said)
         return False
 
+    @property
+    def replaced(self) -> bool:
+        return self._save_to is not None  # keep_in_place found another file at the path
+
     def _write_back(self) -> None:
         """The open database written back to its path, and both connections moved to it."""
         restored = self.path.with_name(self.path.name + ".restored")
         write_copy(self._conn, restored)  # should it fail, nothing has changed
-        self._moved = True
-        self.close()  # and the moved file's side files removed
-        self._moved = False
+        self.close()
+        self._watch.drop_side_files()  # the moved file's, which SQLite leaves at their names
         os.replace(restored, self.path)
         self._conn = _connect(self.path)
         self._watch.renew()
@@ -115,7 +116,7 @@ class StoreConnection:
         if self._checkpoints is not None:
             self._checkpoints.close()
         self._conn.close()
-        if self._moved:
+        if self._save_to is not None:
             self._watch.drop_side_files()
 
     @property
