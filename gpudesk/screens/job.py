@@ -63,7 +63,7 @@ def render_summary(job: JobView, detail: JobDetail | None, state: DeskState) -> 
     if spec.sm_pct is not None:
         wants += f", SM {spec.sm_pct:g}%"
     text.append(f"\nasks for {wants}; runtime {_runtime(job, state)}")
-    _append_submit_extras(text, job)
+    _append_submit_extras(text, job, detail)
     if spec.dataset:
         loader = job_loader(job, state.loaders)
         status = loader.status if loader else None
@@ -90,9 +90,12 @@ def render_summary(job: JobView, detail: JobDetail | None, state: DeskState) -> 
     return text
 
 
-def _append_submit_extras(text: Text, job: JobView) -> None:
+def _append_submit_extras(text: Text, job: JobView, detail: JobDetail | None) -> None:
     """Its comment, array and the dependencies beside `after` (submit --comment, --array,
-    --after-any, --after-notok); its begin time shows in `why` while it waits for it."""
+    --after-any, --after-notok); its begin time shows in `why` while it waits for it. An
+    array's first job also says its tasks, whose id names them all (as `gpudesk show`)."""
+    from gpudesk.api.submit_parts import id_ranges
+
     spec = job.spec
     if spec.comment:
         text.append(f"\ncomment: {printable(spec.comment)}")
@@ -100,6 +103,9 @@ def _append_submit_extras(text: Text, job: JobView) -> None:
         head = spec.array_job if spec.array_job is not None else job.id
         limit = f", at most {spec.array_limit} at once" if spec.array_limit else ""
         text.append(f"\narray task {spec.array_task} of array job {head}{limit}")
+    if detail is not None and detail.array is not None:
+        tasks, jobs = id_ranges(detail.array.tasks), id_ranges(detail.array.jobs)
+        text.append(f"\narray {job.id}: tasks {tasks} (jobs {jobs}), all named by {job.id}")
     for kind, refs in (("afterany", spec.after_any), ("afternotok", spec.after_notok)):
         if refs:
             text.append(f"\n{kind}: " + ", ".join(f"job {ref}" for ref in refs))
