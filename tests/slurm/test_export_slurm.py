@@ -538,10 +538,13 @@ def test_the_default_preempt_signal_and_grace(gpudesk: Run, tmp_path: Path) -> N
 
 
 # The job: catches SIGUSR2 in its own process, says so, and leaves as a preempted job does.
+# The handler writes with os.write: the signal may land while `print('ready')` is still inside
+# stdout's buffer (the test has read the line already), and a print there is a reentrant call
+# (RuntimeError), which killed the job with a traceback instead of exit 75.
 CATCHER = (
     "import os, signal, sys\n"
-    "signal.signal(signal.SIGUSR2, lambda *_: (print('caught', os.environ"
-    "['GPUDESK_PREEMPT_SIGNAL'], flush=True), os._exit(75)))\n"
+    "signal.signal(signal.SIGUSR2, lambda *_: (os.write(1, ('caught ' + os.environ"
+    "['GPUDESK_PREEMPT_SIGNAL'] + '\\n').encode()), os._exit(75)))\n"
     "print('ready', os.getpid(), flush=True)\n"
     "signal.pause()\n"
 )
