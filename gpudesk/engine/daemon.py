@@ -100,7 +100,7 @@ class Engine:
     ) -> None:
         self.home = home
         self.store = store
-        self.stopping = False
+        self.stopping, self.signal = False, ""  # stopped by a signal: " on SIGTERM"
         self.disk_full_said: float | None = None  # when the log last said the disk is full
         access = access or Access.personal()
         self._build_door(config, access, station_group)
@@ -353,7 +353,7 @@ class Engine:
             self.control.serve(ready)
             self.offloop.deliver()  # replies worked out off the loop go out
             self._steps()
-        log.info("engine stopping; %d attempt(s) keep running", len(self.attempts))
+        log.info("engine stopping%s; %d attempt(s) keep running", self.signal, len(self.attempts))
         # Producers of running jobs keep serving them (the next engine adopts them); one that
         # no running job reads would outlive every engine, so it goes now.
         with contextlib.suppress(Exception):
@@ -415,8 +415,8 @@ class Engine:
                 self.disk_full_said = None
 
     def _stop_signal(self, signum: int, _frame: Any) -> None:
-        log.info("received %s", signal.Signals(signum).name)
-        self.stopping = True
+        # said by `run`: a log write here may land inside the loop's own (a reentrant call)
+        self.stopping, self.signal = True, f" on {signal.Signals(signum).name}"
 
     def _poll_timeout_ms(self) -> int:
         timeout = self.scheduler.poll_timeout(IDLE_POLL_S)

@@ -173,3 +173,8 @@ def test_sigterm_to_the_engine_is_a_clean_stop(engine: EngineHandle) -> None:
     os.kill(pid, signal.SIGTERM)
     wait_for(lambda: engine.pid is None, 5.0, what="the engine to exit")
     assert not engine.home.control_socket.exists()
+    # said by the loop, not in the handler (a log write there can land inside another)
+    assert (
+        "engine stopping on SIGTERM; 0 attempt(s) keep running"
+        in engine.home.engine_log.read_text()
+    )
