@@ -18,7 +18,7 @@ from gpudesk.text import quoted
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
-    from gpudesk.core.wire.jobs import JobView
+    from gpudesk.api.models import JobView
 
 wait_app = typer.Typer()
 
