@@ -1,0 +1,107 @@
+"""A system engine's database removed or replaced under it (engine/store/connection.py,
+`keep_in_place`): root writes the open copy back, or saves it beside the file put back. That
+copy holds every member's jobs and their environments. So, with real users and a real system
+engine (tests/shared/station_fixture; root only): every file root writes for it is root's and
+private (0600), a member can read none of them, and she cannot plant a file at any name root
+writes or removes there (the state folder is root's), so nothing there is hers to believe.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
+from station_fixture import SYSTEM_PYTHON, Station, make_station
+
+SECRET = "T0p-s3cret-of-ada"
+# What ada tries against root's files: read each one, plant a file (or a link) at each name
+# root writes or removes. Each line that succeeds says so.
+TRY = """
+import os, sys
+for path in sys.argv[1:]:
+    try:
+        open(path, "rb").read(1)
+        print("read", path)
+    except OSError:
+        pass
+"""
+
+
+@pytest.fixture
+def station() -> Iterator[Station]:
+    yield from make_station()
+
+
+def as_ada(station: Station, *argv: str) -> str:
+    done = subprocess.run(
+        ["runuser", "-u", station.users["ada"].name, "--", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
+    return done.stdout
+
+
+def assert_roots_and_private(station: Station, path: Path) -> None:
+    info = os.lstat(path)
+    assert stat.S_ISREG(info.st_mode) and info.st_uid == 0, path
+    assert stat.S_IMODE(info.st_mode) & 0o077 == 0, (path, oct(info.st_mode))
+    assert as_ada(station, SYSTEM_PYTHON, "-c", TRY, str(path)) == "", path
+
+
+def wait_until(check: object, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_the_stores_copies_are_roots_and_a_member_can_neither_read_nor_plant_them(
+    station: Station, tmp_path: Path
+) -> None:
+    db = station.state_dir / "gpudesk.db"
+    job = {"name": "first", "command": ["true"], "workdir": "/", "gpus": 0}
+    first = station.submit("ada", job, env={"PATH": "/usr/bin:/bin", "ADA_TOKEN": SECRET})
+    station.wait_state(first, "succeeded")
+
+    # Each name root writes or removes for it: a member can plant none of them.
+    names = [f"{db}{suffix}" for suffix in (".restored", ".restored.partial", "-wal", "-shm")]
+    planted = as_ada(
+        station,
+        SYSTEM_PYTHON,
+        "-c",
+        "import os, sys\n"
+        "for p in sys.argv[1:]:\n"
+        "    try: os.symlink('/etc/shadow', p); print('planted', p)\n"
+        "    except OSError: pass\n",
+        *names,
+    )
+    assert planted == "", planted
+
+    # Removed: written back, root's and private, and the member's job is still in it.
+    db.unlink()
+    wait_until(db.exists, "the database written back")
+    assert_roots_and_private(station, db)
+    second = station.submit("ada", {**job, "name": "second"})
+    station.wait_state(second, "succeeded")
+    assert [p.name for p in station.state_dir.glob("gpudesk.db.*")] == []
+
+    # Replaced: the engine stops (exit 1), its copy beside the file put back root's and private.
+    backup = tmp_path / "backup.db"
+    shutil.copy(db, backup)  # a copy of the file as it stands: what an admin restores
+    os.replace(backup, db)
+    assert station.process is not None
+    assert station.process.wait(30) == 1, station.log.read_text()[-2000:]
+    (copy,) = station.state_dir.glob("gpudesk.db.engine-*")
+    assert_roots_and_private(station, copy)
+    assert SECRET.encode() in copy.read_bytes()  # what the copy holds: why it is private
