@@ -454,3 +454,24 @@ def _about(seconds: float) -> str:
     if seconds < 90 * 60:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+def id_ranges(ids: Sequence[int]) -> str:
+    """`ids` said short: "17-2016" for a run, "3, 5-9" otherwise."""
+    runs: list[list[int]] = []
+    for job_id in sorted(ids):
+        if runs and job_id == runs[-1][1] + 1:
+            runs[-1][1] = job_id
+        else:
+            runs.append([job_id, job_id])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def array_tasks_text(tasks: Sequence[int], jobs: Sequence[int]) -> str:
+    """What an array's id names, for the views of its first job (`show`, `logs`, the desk's
+    detail), from its tasks and their jobs in task order: `array 12: tasks 0-2 (jobs 12-14);
+    12 names them all, 12_1 task 1`."""
+    head, task = jobs[0], tasks[1 if len(tasks) > 1 else 0]
+    spans = id_ranges(tasks).replace(", ", ",")
+    named = f"{head} names them all, {head}_{task} task {task}"
+    return f"array {head}: tasks {spans} (jobs {id_ranges(jobs)}); {named}"

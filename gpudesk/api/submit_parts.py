@@ -30,6 +30,7 @@ from gpudesk.api.models import ActionOutcome, ActionResult, SubmitResult
 from gpudesk.core import protocol
 from gpudesk.core.protocol import MAX_ROW_ID, Request, json_values
 from gpudesk.core.wire.requests import InParts, ReleaseArgs, SubmitArgs
+from gpudesk.render import id_ranges
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -146,17 +147,6 @@ def _in_batches(
     for start in range(0, len(ids), IDS_PER_REQUEST):
         outcomes.extend(act(list(ids[start : start + IDS_PER_REQUEST])))
     return outcomes
-
-
-def id_ranges(ids: Sequence[int]) -> str:
-    """`ids` said short: "17-2016" for a run, "3, 5-9" otherwise."""
-    runs: list[list[int]] = []
-    for job_id in sorted(ids):
-        if runs and job_id == runs[-1][1] + 1:
-            runs[-1][1] = job_id
-        else:
-            runs.append([job_id, job_id])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _withdrawn(client: Client, ids: Sequence[int], by_user: bool) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from gpudesk import render
+
 if TYPE_CHECKING:
     from gpudesk.api.models import ArrayTasksView, JobSpecView, JobView
 
@@ -48,17 +50,6 @@ def long_cells(job: JobView) -> list[object]:
     ]
 
 
-def array_tasks_text(array: ArrayTasksView) -> str:
-    """What an array's id names, for the views of its first job (`show`, `logs`): `array 12:
-    tasks 0-2 (jobs 12-14); 12 names them all, 12_1 task 1`."""
-    from gpudesk.api.submit_parts import id_ranges
-
-    head, task = array.jobs[0], array.tasks[1 if len(array.tasks) > 1 else 0]
-    tasks, jobs = id_ranges(array.tasks).replace(", ", ","), id_ranges(array.jobs)
-    named = f"{head} names them all, {head}_{task} task {task}"
-    return f"array {head}: tasks {tasks} (jobs {jobs}); {named}"
-
-
 def show_lines(job: JobView, array: ArrayTasksView | None = None) -> list[str]:
     """`gpudesk show`'s lines for these fields, each only where the job has it (`array`: the
     tasks of the array whose first job it is)."""
@@ -75,7 +66,7 @@ def show_lines(job: JobView, array: ArrayTasksView | None = None) -> list[str]:
         throttle = f", at most {spec.array_limit} of the array at once" if spec.array_limit else ""
         lines.append(f"  array      task {spec.array_task} of array job {head}{throttle}")
         if array is not None:
-            lines.append(f"             {array_tasks_text(array)}")
+            lines.append(f"             {render.array_tasks_text(array.tasks, array.jobs)}")
     for kind, refs, until in (
         ("afterany", spec.after_any, "once each has ended, however"),
         ("afternotok", spec.after_notok, "once each has ended without succeeding"),

@@ -375,8 +375,7 @@ def logs(
     ),
 ) -> None:
     """Print a job's output."""
-    from gpudesk import joblog
-    from gpudesk.cli import job_extras_view
+    from gpudesk import joblog, render
     from gpudesk.cli.logs import print_log_json
     from gpudesk.cli.std_streams import follow_to_the_end
     from gpudesk.untrusted import UntrustedFileError
@@ -397,7 +396,7 @@ def logs(
                     EXIT_USAGE,
                 )
         if data.array is not None and not json_out:  # on stderr: stdout is the job's output
-            said = job_extras_view.array_tasks_text(data.array)
+            said = render.array_tasks_text(data.array.tasks, data.array.jobs)
             print(
                 f"job {data.job.id} is task {data.job.spec.array_task} of {said}", file=sys.stderr
             )

@@ -94,8 +94,6 @@ def _append_submit_extras(text: Text, job: JobView, detail: JobDetail | None) ->
     """Its comment, array and the dependencies beside `after` (submit --comment, --array,
     --after-any, --after-notok); its begin time shows in `why` while it waits for it. An
     array's first job also says its tasks, whose id names them all (as `gpudesk show`)."""
-    from gpudesk.api.submit_parts import id_ranges
-
     spec = job.spec
     if spec.comment:
         text.append(f"\ncomment: {printable(spec.comment)}")
@@ -104,8 +102,7 @@ def _append_submit_extras(text: Text, job: JobView, detail: JobDetail | None) ->
         limit = f", at most {spec.array_limit} at once" if spec.array_limit else ""
         text.append(f"\narray task {spec.array_task} of array job {head}{limit}")
     if detail is not None and detail.array is not None:
-        tasks, jobs = id_ranges(detail.array.tasks), id_ranges(detail.array.jobs)
-        text.append(f"\narray {job.id}: tasks {tasks} (jobs {jobs}), all named by {job.id}")
+        text.append(f"\n{render.array_tasks_text(detail.array.tasks, detail.array.jobs)}")
     for kind, refs in (("afterany", spec.after_any), ("afternotok", spec.after_notok)):
         if refs:
             text.append(f"\n{kind}: " + ", ".join(f"job {ref}" for ref in refs))

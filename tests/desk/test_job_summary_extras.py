@@ -45,4 +45,5 @@ def test_an_arrays_first_job_says_its_tasks_as_show_does() -> None:
     array = ArrayTasksView(tasks=[0, 1, 2, 5], jobs=[head, head + 1, head + 2, head + 3])
     summary = str(render_summary(job, msgspec.structs.replace(detail, job=job, array=array), state))
     assert f"\narray task 0 of array job {head}" in summary
-    assert f"\narray {head}: tasks 0-2, 5 (jobs {head}-{head + 3}), all named by {head}" in summary
+    line = f"array {head}: tasks 0-2,5 (jobs {head}-{head + 3}); {head} names them all, {head}_1"
+    assert f"\n{line} task 1" in summary
