@@ -75,7 +75,7 @@ def test_the_stores_copies_are_roots_and_a_member_can_neither_read_nor_plant_the
     station.wait_state(first, "succeeded")
 
     # Each name root writes or removes for it: a member can plant none of them.
-    names = [f"{db}{suffix}" for suffix in (".restored", ".restored.partial", "-wal", "-shm")]
+    names = [f"{db}{suffix}" for suffix in (".partial", "-wal", "-shm")]
     planted = as_ada(
         station,
         SYSTEM_PYTHON,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -90,11 +89,9 @@ class StoreConnection:
 
     def _write_back(self) -> None:
         """The open database written back to its path, and both connections moved to it."""
-        restored = self.path.with_name(self.path.name + ".restored")
-        write_copy(self._conn, restored)  # should it fail, nothing has changed
-        self.close()
+        write_copy(self._conn, self.path)  # whole or not at all: should it fail, nothing changed
+        self.close()  # before any connection opens the path: none meets the moved file's WAL
         self._watch.drop_side_files()  # the moved file's, which SQLite leaves at their names
-        os.replace(restored, self.path)
         self._conn = _connect(self.path)
         self._watch.renew()
         if self._checkpoints is not None:
