@@ -67,13 +67,7 @@ def test_a_member_asking_for_the_station_engine_is_told_it_is_roots(
         state.chmod(0o711)  # as a station's engine leaves its own
         argv = [python, "-P", "-m", "gpudesk", "engine", "start", "--system"]
         argv += ["--state-dir", str(state), "--socket", str(state / "run" / "control.sock")]
-        done = subprocess.run(
-            ["runuser", "-u", station.users["ada"].name, "--", *argv],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd="/",
-        )
+        done = station.run_as("ada", *argv)
     finally:
         state.rmdir()
     assert done.returncode == 1, done.stderr

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -42,14 +41,7 @@ def station() -> Iterator[Station]:
 
 
 def as_ada(station: Station, *argv: str) -> str:
-    done = subprocess.run(
-        ["runuser", "-u", station.users["ada"].name, "--", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd="/",
-    )
-    return done.stdout
+    return station.run_as("ada", *argv).stdout
 
 
 def assert_roots_and_private(station: Station, path: Path) -> None:

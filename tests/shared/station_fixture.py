@@ -95,6 +95,19 @@ class Station:
         [job_id] = self.ok(role, "submit", jobs=[job], env=env, **extra)["ids"]
         return job_id  # type: ignore[no-any-return]
 
+    def run_as(
+        self, role: str, *argv: str, timeout: float = 120.0
+    ) -> subprocess.CompletedProcess[str]:
+        """`argv` run to its end as `role`'s user, from /, its output captured (text)."""
+        return subprocess.run(
+            ["runuser", "-u", self.users[role].name, "--", *argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd="/",
+            check=False,
+        )
+
     @contextmanager
     def popen_as(
         self, role: str, *argv: str, end_wait_s: float = 60.0
