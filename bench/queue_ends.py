@@ -34,6 +34,7 @@ from gpudesk.core.station import StationConfig
 from gpudesk.engine.daemon import Engine
 from gpudesk.engine.dependencies import jobs_by_id
 from gpudesk.engine.store.database import Store
+from gpudesk.home_lock import EngineLock
 from gpudesk.paths import Home
 
 
@@ -42,7 +43,9 @@ def _run(kind: str, jobs: int) -> dict[str, Any]:
         home = Home(Path(tmp) / "home")
         home.ensure()
         store = Store.open(home.db)
-        engine = Engine(home, store, StationConfig(backend="none", slots=1))
+        engine = Engine(
+            home, store, StationConfig(backend="none", slots=1), lock=EngineLock.take(home.lock)
+        )
         try:
             ids = _queue(store, kind, jobs, tmp)
             engine.recover()
@@ -67,6 +70,7 @@ def _run(kind: str, jobs: int) -> dict[str, Any]:
         finally:
             engine.close()
             store.close()
+            engine.keeper.lock.close()  # last, as the daemon does
     return {
         "kind": kind,
         "jobs": jobs,

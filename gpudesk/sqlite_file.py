@@ -11,6 +11,9 @@ memory at their names (pager.c, `databaseIsUnmoved`: no checkpoint, so no remova
 process to open the path would replay that log into whatever file is there then: a backup put
 back would take the moved file's last writes. `PathWatch.drop_side_files` removes them.
 
+Damage shows where SQLite reads it: a damaged header is refused at open, a damaged later page
+fails the first query that reads it. `is_damage` tells either from other errors (locked, full).
+
 A leaf module: the standard library only.
 """
 
@@ -72,6 +75,22 @@ class PathWatch:
         if found == self._opened:
             return None
         return "removed" if found is None else "replaced"
+
+
+# SQLite's primary result codes for damage (https://www.sqlite.org/rescode.html): SQLITE_CORRUPT
+# "the database file has been corrupted", SQLITE_NOTADB "not a database file". An extended code
+# (SQLITE_CORRUPT_INDEX, ...) carries its primary code in its low 8 bits (same page).
+SQLITE_CORRUPT = 11
+SQLITE_NOTADB = 26
+PRIMARY_CODE_MASK = 0xFF
+
+
+def is_damage(exc: BaseException) -> bool:
+    """Whether `exc` is SQLite saying the database file is damaged (not locked, not full)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & PRIMARY_CODE_MASK in (SQLITE_CORRUPT, SQLITE_NOTADB)
 
 
 def write_copy(conn: sqlite3.Connection, dest: Path) -> None:

@@ -32,6 +32,7 @@ from gpudesk.core.wire.jobs import JobDetail, JobView
 from gpudesk.engine.daemon import Engine
 from gpudesk.engine.offloop import Pending
 from gpudesk.engine.store.database import Store
+from gpudesk.home_lock import EngineLock
 from gpudesk.hw import containment
 from gpudesk.hw.runner import read_wrapper_pid
 from gpudesk.paths import Home
@@ -305,7 +306,7 @@ class EngineInProcess:
     def __init__(self, home: Home, config: StationConfig, access: Access | None = None) -> None:
         home.ensure()
         self.store = Store.open(home.db)
-        self.engine = Engine(home, self.store, config, access)
+        self.engine = Engine(home, self.store, config, access, lock=EngineLock.take(home.lock))
 
     def call(self, caller: Caller, op: str, **args: object) -> dict:
         """The reply, as the socket would send it: one a handler answers in later turns of the
@@ -333,6 +334,7 @@ class EngineInProcess:
     def close(self) -> None:
         self.engine.close()
         self.store.close()
+        self.engine.keeper.lock.close()  # else `home`'s teardown takes this process for an engine
 
 
 class EngineHandle:
@@ -350,7 +352,10 @@ class EngineHandle:
 
     @property
     def pid(self) -> int | None:
-        return engine_pid(self.home)
+        pid = engine_pid(self.home)
+        # an EngineInProcess not closed holds the lock in this very process: never kill it
+        assert pid != os.getpid(), f"an engine built in this process still holds {self.home.lock}"
+        return pid
 
     def submit(self, *jobs: dict, env: dict | None = None) -> list[int]:
         """Submit jobs given by their fields, as a user's program does: each made a `JobSpec`

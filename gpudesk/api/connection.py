@@ -4,7 +4,6 @@ when needed (`start_engine`, `engine_pid`, `connect`)."""
 
 from __future__ import annotations
 
-import fcntl
 import itertools
 import json
 import os
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.core import protocol
+from gpudesk.home_lock import EXIT_ALREADY_RUNNING, PUT_BACK_WAIT_S, holder
 from gpudesk.paths import (
     SYSTEM_SOCKET,
     Home,
@@ -55,14 +55,7 @@ def engine_pid(home: Home) -> int | None:
         return None
     except UnsafePath as exc:
         raise EngineError(str(exc)) from None
-    with os.fdopen(fd) as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = handle.read(64).strip()
-            return int(text) if text.isdigit() else -1
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        return None
+    return holder(fd)
 
 
 def _system_engine_pid(home: Home) -> int | None:
@@ -171,6 +164,7 @@ def start_engine(
         os.close(log)
     deadline = time.monotonic() + timeout
     client = Connection(home, timeout=1.0)
+    another_by: float | None = None  # it said another engine runs the home: waited for until
     try:
         while time.monotonic() < deadline:
             if engine_pid(home) is not None:
@@ -179,6 +173,11 @@ def start_engine(
                 except EngineError:
                     pass
             elif process.poll() is not None:
+                if process.returncode == EXIT_ALREADY_RUNNING:  # one putting its folder back
+                    another_by = another_by or time.monotonic() + PUT_BACK_WAIT_S
+                    if time.monotonic() < another_by:
+                        time.sleep(0.02)
+                        continue
                 if process.returncode == diskspace.EXIT_DISK_FULL:
                     # engine.log could not take the engine's words: say them here instead
                     raise EngineError(diskspace.start_text(home.root))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -374,6 +374,27 @@ class StationConfig:
                 except ValueError as exc:
                     raise ValueError(f"station.{key}: {exc}") from None
         return cls.from_checked(values)
+
+    @classmethod
+    def from_saved(cls, saved: object, warn: Callable[[str], None]) -> StationConfig:
+        """The config an engine saved. A setting this version no longer accepts (a grid code
+        dropped from a newer table, say) goes back to its default alone, `warn`ed with the
+        reason; the admin's other settings are kept."""
+        if not isinstance(saved, dict) or not saved:
+            return cls()
+        try:
+            return cls.from_dict(saved)
+        except ValueError:
+            pass
+        kept: dict[str, object] = {}
+        for key, value in saved.items():
+            try:
+                cls.from_dict({key: value})
+            except ValueError as exc:
+                warn(f"the saved station setting is not used, its default is: {exc}")
+                continue
+            kept[key] = value
+        return cls.from_dict(kept)
 
     def with_env_override(self, env: Mapping[str, str] | None = None) -> StationConfig:
         """`GPUDESK_BACKEND`, when set, wins over what a profile or the store says."""

@@ -68,6 +68,7 @@ class Attempts:
         tracking: Tracking,
         activity: EngineActivity | None = None,
         job_limits: Callable[[], JobLimits] = JobLimits,
+        containment: Containment | None = None,  # the home's, held (`Containment.probe`)
     ) -> None:
         self.home = home
         self.store = store
@@ -82,7 +83,7 @@ class Attempts:
         self.live: dict[int, LiveAttempt] = {}  # by attempt id
         self.dataset_of: dict[int, str] = {}  # running job id -> the dataset it names
         self.demands = JobDemand(store)  # what each job is assumed to need
-        self.containment = Containment.probe(home.root)
+        self.containment = containment or Containment.probe(home.root)
         self.job_limits = job_limits  # each new attempt's cgroup limits, from [station] now
         # A full disk met while settling, for `check` to raise once it has been through every
         # attempt: the engine then says so in one paragraph (Engine._say_disk).
@@ -90,7 +91,6 @@ class Attempts:
         # The logs of attempts settled since the log cap last looked (`take_settled_logs`): a
         # job can start, print and end between two of its looks.
         self._settled_logs: set[str] = set()
-        log.info("job containment: %s", self.containment.describe())
 
     # ----------------------------------------------------------------- views
     def __iter__(self) -> Iterator[LiveAttempt]:

@@ -218,6 +218,17 @@ class ControlSocket:
             raise
         self.listener = listener
 
+    def keep_bound(self) -> None:
+        """Listen anew where the socket it made is gone (its folder removed under the engine);
+        the connections made stay. CannotListen as `bind`."""
+        with contextlib.suppress(FileNotFoundError):
+            if os.lstat(self.path).st_ino == self.bound:
+                return
+        old = self.listener
+        self.bind()  # self.listener is replaced once the new one listens
+        if old is not None:
+            old.close()
+
     def close(self) -> None:
         for conn in list(self.connections.values()):
             self._drop(conn)

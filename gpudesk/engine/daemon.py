@@ -42,6 +42,7 @@ from gpudesk.engine.backends.local import LocalBackend
 from gpudesk.engine.backends.slurm import SlurmBackend
 from gpudesk.engine.control_socket import CannotListen, ControlSocket, SocketAccess, SocketLimits
 from gpudesk.engine.events import EventPublisher
+from gpudesk.engine.home_keeper import HomeKeeper
 from gpudesk.engine.job_control import Backends, JobControl
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.logcap import LogCap
@@ -51,14 +52,14 @@ from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.services.loaders import CHECK_EVERY_S, LoaderSupervisor, Statuses
 from gpudesk.engine.services.metrics.exporter import MetricsExporter
 from gpudesk.engine.services.tracking.tracker import Tracking
-from gpudesk.engine.startup import AlreadyRunning, acquire_lock, initial_config, open_store
+from gpudesk.engine.startup import EXIT_BAD_HOME, initial_config, open_store, stopped_on
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.station.mps_watch import MpsWatch
 from gpudesk.engine.station.repartition.control import MigControl
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
-from gpudesk.engine.store.damage import damaged_text, is_damage
 from gpudesk.engine.store.database import Store
-from gpudesk.hw.containment import limits_for
+from gpudesk.home_lock import EXIT_ALREADY_RUNNING, AlreadyRunning, EngineLock
+from gpudesk.hw.containment import Containment, limits_for
 from gpudesk.hw.job_hooks import JobEndHooks
 from gpudesk.metrics.loop_timing import LoopTiming
 from gpudesk.paths import (
@@ -79,7 +80,6 @@ log = logging.getLogger("gpudesk.engine")
 # no user's, as no uid is negative.
 ENGINE_WORK_UID = -1
 LOADER_STATUS_WORK = "asking the shared loaders for their status"
-EXIT_BAD_HOME = 4  # the home's state cannot be used as it is: the log says why and what to do
 EXIT_STORE_REPLACED = 1  # a failure to systemd: its next engine opens the file put there
 IDLE_POLL_S = 1.0
 RETRY_AFTER_ERROR_S = 2.0
@@ -97,9 +97,14 @@ class Engine:
         config: StationConfig,
         access: Access | None = None,
         station_group: int | None = None,
+        *,
+        lock: EngineLock,
+        containment: Containment | None = None,
     ) -> None:
         self.home = home
         self.store = store
+        self.containment = containment or Containment.probe(home.root)
+        log.info("job containment: %s", self.containment.describe())
         self.stopping, self.signal = False, ""  # stopped by a signal: " on SIGTERM"
         self.disk_full_said: float | None = None  # when the log last said the disk is full
         access = access or Access.personal()
@@ -108,6 +113,8 @@ class Engine:
         self._build_jobs()
         self._build_services()
         self.handlers = RequestHandlers(self._parts(access))
+        logs = self.logcap.engine_log
+        self.keeper = HomeKeeper(home, lock, store, self.control, self.attempts, logs)
 
     # ---------------------------------------------------------------- wiring
     # Built in the order they need each other: the door and the shared state, what watches the
@@ -179,6 +186,7 @@ class Engine:
                 self.station.config.job_memory_max_gb,
                 DEFAULT_JOB_MEMORY_FRACTION,
             ),
+            self.containment,
         )
         self.learning = StationLearning(store, self.attempts, self.telemetry)
         self.logcap = LogCap(
@@ -386,7 +394,7 @@ class Engine:
             ("logcap", self.logcap.check),
             ("archive", self.archiver.step),
             ("hooks", lambda: self.hooks.drain(self.store.add_event)),  # hooks that ended
-            ("store", lambda: self.stop() if self.store.keep_in_place() else None),
+            ("home", lambda: self.stop() if self.keeper.step() else None),
         ):
             started = clock()
             try:
@@ -482,10 +490,12 @@ def serve(
         os.umask(0o077)
     try:
         home.ensure(station_group)
-        lock = acquire_lock(home.lock)
+        lock = EngineLock.take(home.lock)
+        # before the database: an engine that lost its state folder would take one for a backup
+        containment = Containment.probe(home.root)
     except AlreadyRunning as exc:
         log.error("%s", exc)
-        return 3
+        return EXIT_ALREADY_RUNNING
     except HomeError as exc:  # another user's home, or a link or foreign file in it
         log.error("%s", exc)
         return EXIT_BAD_HOME
@@ -502,14 +512,16 @@ def serve(
             store.close()
             return 2
         store.set_setting("station", config.to_dict())
-        engine = Engine(home, store, config, access, station_group)
+        engine = Engine(
+            home, store, config, access, station_group, lock=lock, containment=containment
+        )
         try:
             engine.bind()
         except CannotListen as exc:  # a file in the socket's place: one paragraph, no traceback
             log.error("%s", exc)
             engine.close()
             store.close()
-            return 3 if exc.busy else EXIT_BAD_HOME
+            return EXIT_ALREADY_RUNNING if exc.busy else EXIT_BAD_HOME
         try:
             engine.recover()
             engine.run()
@@ -623,24 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return serve(home, requested, access, station_group)
     except Exception as exc:
-        return _stopped_on(exc, home)
-
-
-def _stopped_on(exc: Exception, home: Home) -> int:
-    """The exit status, and the log's paragraph, of an engine stopped by `exc`."""
-    if diskspace.is_full(exc, home.root):
-        # One paragraph, on stderr (engine.log may be the file that cannot grow); the
-        # exit status tells `gpudesk engine start` to say the same without the log.
-        log.error("%s", diskspace.start_text(home.root))
-        return diskspace.EXIT_DISK_FULL
-    if is_damage(exc):
-        # damage past the database's header, found by a query after the open (a settings
-        # row read at start, a job while recovering): the paragraph of a damaged header
-        detail = f"cannot read the gpudesk database {home.db}: {exc}"
-        log.error("%s", damaged_text(home.db, home.root, detail))
-        return EXIT_BAD_HOME
-    log.exception("the engine stopped on an unexpected error")
-    return 1
+        return stopped_on(exc, home)
 
 
 if __name__ == "__main__":

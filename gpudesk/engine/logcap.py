@@ -50,7 +50,7 @@ class LogCap:
         engine_log: str | None = None,
     ) -> None:
         self._config = config
-        self._engine_log = engine_log
+        self.engine_log = engine_log  # the engine's own, written by its stdout
         self._engine_log_at = 0.0
         self._running_logs = running_logs
         self._settled_logs = settled_logs  # attempts settled since the last look (taken)
@@ -68,7 +68,7 @@ class LogCap:
 
     def check(self) -> None:
         now = time.monotonic()
-        if self._engine_log is not None and now - self._engine_log_at >= ENGINE_LOG_CHECK_S:
+        if self.engine_log is not None and now - self._engine_log_at >= ENGINE_LOG_CHECK_S:
             self._engine_log_at = now
             self._rotate_engine_log()
         if now - self._checked_at < CHECK_EVERY_S:
@@ -100,8 +100,8 @@ class LogCap:
         self._failing &= running
 
     def _rotate_engine_log(self) -> None:
-        assert self._engine_log is not None
+        assert self.engine_log is not None
         try:
-            joblog.rotate(self._engine_log, ENGINE_LOG_MAX_MIB * BYTES_PER_MIB, ENGINE_LOG_KEEP)
+            joblog.rotate(self.engine_log, ENGINE_LOG_MAX_MIB * BYTES_PER_MIB, ENGINE_LOG_KEEP)
         except OSError as exc:  # a full disk: the next look tries again
-            log.warning("could not rotate %s: %s", self._engine_log, exc)
+            log.warning("could not rotate %s: %s", self.engine_log, exc)

@@ -1,21 +1,17 @@
-"""What a new engine does before its loop: it takes the home's single-instance lock, opens the
-home's database (refusing to start afresh beside the folders of jobs a lost database recorded)
-and works out the station config it starts with (the last engine's, with what the client asked
-for laid over it). Kept apart from the loop (`daemon`) because each of these answers "may an
-engine run here, and how", once, before anything is served; `gpudesk engine start` and the tests
-read them on their own.
+"""What a new engine does before its loop, once it holds the home's lock (gpudesk.home_lock):
+it opens the home's database (refusing to start afresh beside the folders of jobs a lost
+database recorded) and works out the station config it starts with (the last engine's, with
+what the client asked for laid over it); and the paragraph and exit status of an engine that
+stopped on an error. Kept apart from the loop (`daemon`) because each of these answers "may an
+engine run here, and how", once; `gpudesk engine start` and the tests read them on their own.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import logging
-import os
-import time
 from collections.abc import Mapping
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from gpudesk import diskspace
 from gpudesk.core.lost_database import job_folders, lost_database
@@ -23,76 +19,22 @@ from gpudesk.core.station import StationConfig
 from gpudesk.engine.store.damage import damaged_text
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import IncompatibleStore, StoreError
-from gpudesk.paths import Home, HomeError, open_state_file
+from gpudesk.paths import Home, HomeError
+from gpudesk.sqlite_file import is_damage
 
 log = logging.getLogger("gpudesk.engine")
 
-LOCK_RETRY_S = 1.0
-
-
-class AlreadyRunning(RuntimeError):
-    pass
-
-
-def acquire_lock(path: Path, wait_s: float = LOCK_RETRY_S) -> IO[str]:
-    """Hold the home's single-instance lock for the life of the process.
-
-    Retries briefly because a client probing whether an engine runs holds it for an instant.
-    The file is opened never through a link and only when it is a plain file of this user
-    (paths.open_private_file, close-on-exec), so the truncation below cannot reach another file.
-    """
-    fd = open_state_file(path, os.O_RDWR | os.O_CREAT)
-    handle = os.fdopen(fd, "r+")  # held until the process exits
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                handle.seek(0)
-                pid = handle.read().strip() or "?"
-                handle.close()
-                raise AlreadyRunning(
-                    f"an engine is already running for this home (pid {pid})"
-                ) from None
-            time.sleep(0.02)
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
-    return handle
+EXIT_BAD_HOME = 4  # the home's state cannot be used as it is: the log says why and what to do
 
 
 def initial_config(store: Store, requested: Mapping[str, Any] | None) -> StationConfig:
     """What the last engine of this home used (else defaults) with the settings the client
     asked for laid over it: only the keys `requested` names change."""
-    config = saved_config(store.setting("station"))
+    config = StationConfig.from_saved(store.setting("station"), log.warning)
     if requested:
         asked = StationConfig.from_dict(requested)
         config = dataclasses.replace(config, **{key: getattr(asked, key) for key in requested})
     return config.with_env_override()
-
-
-def saved_config(saved: object) -> StationConfig:
-    """The station config the last engine saved. A setting this version no longer accepts (a
-    grid code dropped from a newer table, say) goes back to its default alone, with a warning
-    naming it; the admin's other settings are kept."""
-    if not isinstance(saved, dict) or not saved:
-        return StationConfig()
-    try:
-        return StationConfig.from_dict(saved)
-    except ValueError:
-        pass
-    kept: dict[str, object] = {}
-    for key, value in saved.items():
-        try:
-            StationConfig.from_dict({key: value})
-        except ValueError as exc:
-            log.warning("the saved station setting is not used, its default is: %s", exc)
-            continue
-        kept[key] = value
-    return StationConfig.from_dict(kept)
 
 
 def open_store(home: Home) -> Store:
@@ -113,3 +55,19 @@ def open_store(home: Home) -> Store:
     store.reserve_job_ids(max(job_folders(home), default=0))
     store.checkpoint_elsewhere()
     return store
+
+
+def stopped_on(exc: Exception, home: Home) -> int:
+    """The exit status, and the log's paragraph, of an engine stopped by `exc`."""
+    if diskspace.is_full(exc, home.root):
+        # One paragraph, on stderr (engine.log may be the file that cannot grow); the
+        # exit status tells `gpudesk engine start` to say the same without the log.
+        log.error("%s", diskspace.start_text(home.root))
+        return diskspace.EXIT_DISK_FULL
+    if is_damage(exc):
+        # a damaged page past the header, met by a query after the open (store/damage.py)
+        detail = f"cannot read the gpudesk database {home.db}: {exc}"
+        log.error("%s", damaged_text(home.db, home.root, detail))
+        return EXIT_BAD_HOME
+    log.exception("the engine stopped on an unexpected error")
+    return 1

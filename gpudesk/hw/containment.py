@@ -11,7 +11,10 @@ the cgroups of attempts that are no longer running.
 
 Layout: `<cgroup v2 mount>/gpudesk-u<uid>-<home digest>/job-<job id>-<attempt number>`. The v2
 mount is read from /proc/self/mounts (/sys/fs/cgroup on a unified host, /sys/fs/cgroup/unified on
-a hybrid one). One folder per home, so two engines of one user never touch each other's jobs.
+a hybrid one). One folder per home, so two engines of one user never touch each other's jobs;
+the engine holds its home's folder (flock) while it runs, so a second engine of the same home
+(its state folder removed under the first) is refused rather than sweeping the first one's jobs
+as leftovers.
 A system engine that systemd runs in a unit with `Delegate=yes` keeps its attempts in its unit's
 delegated subtree instead (`<unit's cgroup>/jobs/job-<job id>-<attempt number>`; how it is found
 and why the engine runs in a leaf beside it: gpudesk.hw.delegation).
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import logging
 import os
@@ -42,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudesk.home_lock import AlreadyRunning
 from gpudesk.hw import delegation
 
 log = logging.getLogger("gpudesk.engine")
@@ -50,6 +55,18 @@ SWITCH_ENV = "GPUDESK_CGROUP"  # "off" keeps every attempt to its process group
 MOUNTS = "/proc/self/mounts"
 REMOVE_WAIT_S = 0.5  # how long a settle waits for killed processes to leave before rmdir
 _KILL_ROUNDS = 50  # without cgroup.kill: SIGKILL every member until none is left (forks race)
+
+
+def _flock_holder(fd: int, locks: str = "/proc/locks") -> int | None:
+    """The pid /proc/locks gives for the flock on `fd`'s file, or None."""
+    st = os.fstat(fd)
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    with contextlib.suppress(OSError, ValueError), open(locks) as fh:
+        for line in fh:
+            fields = line.split()
+            if "FLOCK" in fields and key in fields and "->" not in fields:
+                return int(fields[fields.index(key) - 1])
+    return None
 
 
 def v2_mount(mounts: str = MOUNTS) -> str | None:
@@ -182,6 +199,7 @@ class Containment:
         self.earlier = earlier
         self.busy: set[Path] = set()  # cgroups whose processes had not left when they settled
         self._mover: ThreadPoolExecutor | None = None
+        self._hold: int | None = None  # the folder, flock()ed while the engine runs (`_take`)
 
     @classmethod
     def probe(
@@ -215,7 +233,29 @@ class Containment:
                 base.rmdir()
             return cls(None, f"cgroup v2 not writable ({base}/cgroup.procs)")
         enable_controllers(base)
-        return cls(base, "", note, earlier)
+        made = cls(base, "", note, earlier)
+        made._take()
+        return made
+
+    def _take(self) -> None:
+        """Hold the folder (flock) for the engine's life, or AlreadyRunning. An engine whose
+        state folder was removed under it runs on, with its jobs in this folder (named by the
+        home's path, not by a file in it): a new engine of the same home must not start beside
+        it, let alone kill its jobs as leftovers (`sweep`)."""
+        assert self.base is not None
+        fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _flock_holder(fd)
+            os.close(fd)
+            raise AlreadyRunning(
+                f"another engine (pid {pid or '?'}) runs this home's jobs (their cgroups are in "
+                f"{self.base}) without its state folder: the folder was removed or moved while "
+                "it ran, and it puts it back within a second or two. Try again; to start afresh "
+                f"instead, stop that engine first (`kill {pid or '<pid>'}`)."
+            ) from None
+        self._hold = fd
 
     def describe(self) -> str:
         if self.base is None:
@@ -306,3 +346,6 @@ class Containment:
             if folder is not None:
                 with contextlib.suppress(OSError):
                     folder.rmdir()
+        if self._hold is not None:
+            os.close(self._hold)
+            self._hold = None

@@ -544,6 +544,25 @@ def refusal(job_id: int, exc: UntrustedFileError) -> str:
     )
 
 
+def reattach_stdout(log: str | os.PathLike[str]) -> bool:
+    """Where `log`, this process's standard output (`written_by_stdout`), no longer names that
+    file (removed, or moved away with its folder): a new `log` there, for stdout and stderr from
+    now on, as `gpudesk engine start` gave them. True when it did; OSError when it cannot."""
+    out = os.fstat(1)
+    with contextlib.suppress(FileNotFoundError):
+        there = os.stat(log, follow_symlinks=False)
+        if (there.st_dev, there.st_ino) == (out.st_dev, out.st_ino):
+            return False
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(log, flags, 0o600)
+    try:
+        for standard in (1, 2):
+            os.dup2(fd, standard)
+    finally:
+        os.close(fd)
+    return True
+
+
 def written_by_stdout(log: str | os.PathLike[str]) -> str | None:
     """`log` when this process's standard output is that very file (an engine started by
     `gpudesk engine start`, personal or a system one under sysvinit: its log is its to rotate),

@@ -27,6 +27,7 @@ def home_cgroups(home: Home) -> Path | None:
 def cgroup_engine(home: Home) -> Iterator[EngineHandle]:
     """An engine whose attempts get cgroups; skips where this host cannot give them."""
     probe = containment.Containment.probe(home.root)
+    probe.close()  # it holds the home's folder: the engine's to hold
     if probe.base is None:
         pytest.skip(f"no writable cgroup v2 here: {probe.reason}")
     engine = EngineHandle(home)

@@ -23,6 +23,7 @@ from fakes.h200_records import extra_checks, raw_probe
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.daemon import Engine
 from gpudesk.engine.store.database import Store
+from gpudesk.home_lock import EngineLock
 from gpudesk.hw.mps import CONTROL_ENV, MpsError, MpsManager
 from gpudesk.paths import Home
 
@@ -484,7 +485,7 @@ def test_the_engine_routes_new_jobs_around_a_faulted_mps_server(
     home = Home(home_root)
     home.ensure()
     store = Store.open(home.db)
-    engine = Engine(home, store, StationConfig(backend="none"))
+    engine = Engine(home, store, StationConfig(backend="none"), lock=EngineLock.take(home.lock))
     try:
         server = engine.mps_watch.manager.ensure(GPU_A)
         start_server(engine.mps_watch.manager, GPU_A)
@@ -505,6 +506,7 @@ def test_the_engine_routes_new_jobs_around_a_faulted_mps_server(
         engine.mps_watch.manager.stop_all()
         engine.close()
         store.close()
+        engine.keeper.lock.close()  # last, as the daemon does
 
 
 def mps_engine_on_the_fakes(

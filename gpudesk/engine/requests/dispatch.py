@@ -28,8 +28,9 @@ from gpudesk.engine.requests.model import ModelRequests
 from gpudesk.engine.requests.station import StationRequests
 from gpudesk.engine.requests.submission import SubmitRequests
 from gpudesk.engine.requests.telemetry import TelemetryRequests
-from gpudesk.engine.store.damage import is_damage, request_text
+from gpudesk.engine.store.damage import request_text
 from gpudesk.engine.store.schema import UnknownJob
+from gpudesk.sqlite_file import is_damage
 
 log = logging.getLogger("gpudesk.engine")
 

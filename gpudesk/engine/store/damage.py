@@ -1,30 +1,11 @@
-"""Telling a damaged database from other SQLite errors, and what the engine says about it.
-
-SQLite finds damage where it reads it: a database whose header is damaged is refused at open
-(`StoreConnection.open`), but one whose damage lies in a later page opens fine and fails at the
-first query that reads that page (a settings row at start, a job at `gpudesk show`). Wherever
-it is found, the engine says the same paragraph: what is damaged and what to do.
+"""What the engine says about a damaged database, wherever SQLite finds the damage: at open (a
+damaged header) or at the first query that reads a damaged page (a settings row at start, a job
+at `gpudesk show`). `sqlite_file.is_damage` tells damage from other SQLite errors.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
-
-# SQLite's primary result codes for damage (https://www.sqlite.org/rescode.html): SQLITE_CORRUPT
-# "the database file has been corrupted", SQLITE_NOTADB "not a database file". An extended code
-# (SQLITE_CORRUPT_INDEX, ...) carries its primary code in its low 8 bits (same page).
-SQLITE_CORRUPT = 11
-SQLITE_NOTADB = 26
-PRIMARY_CODE_MASK = 0xFF
-
-
-def is_damage(exc: BaseException) -> bool:
-    """Whether `exc` is SQLite saying the database file is damaged (not locked, not full)."""
-    if not isinstance(exc, sqlite3.DatabaseError):
-        return False
-    code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(code, int) and code & PRIMARY_CODE_MASK in (SQLITE_CORRUPT, SQLITE_NOTADB)
 
 
 def damaged_text(db: Path, home_root: Path, detail: str) -> str:
