@@ -4,14 +4,18 @@ copy holds every member's jobs and their environments. So, with real users and a
 engine (tests/shared/station_fixture; root only): every file root writes for it is root's and
 private (0600), a member can read none of them, and she cannot plant a file at any name root
 writes or removes there (the state folder is root's), so nothing there is hers to believe.
+The whole state folder removed: root makes it again as the station had it
+(engine/home_keeper.py).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import stat
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,3 +101,47 @@ def test_the_stores_copies_are_roots_and_a_member_can_neither_read_nor_plant_the
     (copy,) = station.state_dir.glob("gpudesk.db.engine-*")
     assert_roots_and_private(station, copy)
     assert SECRET.encode() in copy.read_bytes()  # what the copy holds: why it is private
+
+
+def owner_and_mode(path: Path) -> tuple[int, int]:
+    info = os.lstat(path)
+    return info.st_uid, stat.S_IMODE(info.st_mode)
+
+
+def test_the_state_folder_put_back_is_as_root_had_it_and_a_members_job_runs_on(
+    station: Station,
+) -> None:
+    """The station's whole state folder removed under its engine (engine/home_keeper.py): root
+    makes it again as the station had it (root's, the same modes), writes the database back
+    there, root's and private, and a member's running job ends recorded."""
+    shared = Path(tempfile.mkdtemp(prefix="gd-gone-"))
+    shared.chmod(0o1777)  # ada's job writes here; the test touches the gate
+    started, gate = shared / "started", shared / "gate"
+    script = f"touch {started}; while [ ! -e {gate} ]; do sleep 0.05; done"
+    job = {"name": "long", "command": ["sh", "-c", script], "workdir": "/", "gpus": 0}
+    try:
+        running = station.submit("ada", job, env={"PATH": "/usr/bin:/bin", "ADA_TOKEN": SECRET})
+        wait_until(started.exists, "ada's job to start")
+        state = station.state_dir
+        kept = [state, state / "gpudesk.db", state / "engine.lock", state / "jobs"]
+        kept += [state / "jobs" / str(running), state / "jobs" / str(running) / "1"]
+        before = {path: owner_and_mode(path) for path in kept}
+        assert before[state] == (0, 0o711)
+        assert station.process is not None
+        os.kill(station.process.pid, signal.SIGSTOP)  # nothing put back before it is all gone
+        try:
+            shutil.rmtree(state)
+        finally:
+            os.kill(station.process.pid, signal.SIGCONT)
+        wait_until((state / "gpudesk.db").exists, "the database written back")
+        assert {path: owner_and_mode(path) for path in kept} == before
+        for path in (state / "gpudesk.db", state / "engine.lock"):
+            assert_roots_and_private(station, path)
+        gate.touch()
+        assert station.wait_state(running, "succeeded")["exit_code"] == 0
+        later = station.submit("ada", {**job, "name": "later", "command": ["true"]})
+        station.wait_state(later, "succeeded")
+        said = " ".join(station.log.read_text().split())
+        assert f"the state folder {state} went while the engine ran; put back" in said
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
