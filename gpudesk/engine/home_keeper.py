@@ -49,7 +49,7 @@ class HomeKeeper:
             if not folder.is_dir():  # where its wrapper writes the outcome
                 runner.prepare(folder, private=live.owner_uid not in (None, os.getuid()))
         self.control.keep_bound()
-        lost = f"lost: what its log and {len(self.attempts.live)} running job(s)' logs held"
+        lost = f"what this log and {len(self.attempts.live)} running job(s)' logs held is lost"
         log.error(
-            "the state folder %s went while the engine ran; put back, %s", self.home.root, lost
+            "the state folder %s went while the engine ran: put back; %s", self.home.root, lost
         )

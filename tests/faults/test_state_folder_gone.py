@@ -64,8 +64,8 @@ def test_a_state_folder_gone_under_the_engine_is_put_back_and_its_job_runs_on(
     gate.touch()
     assert engine.wait_state(running, "succeeded").exit_code == 0  # outcome recorded
     said = " ".join(engine.home.engine_log.read_text().split())
-    assert f"the state folder {engine.home.root} went while the engine ran; put back" in said
-    assert "1 running job(s)' logs held" in said
+    assert f"the state folder {engine.home.root} went while the engine ran: put back" in said
+    assert "what this log and 1 running job(s)' logs held is lost" in said
     engine.stop()
     assert job_names(engine.home.db) == ["long", "after"]  # nothing lost
 

@@ -142,6 +142,6 @@ def test_the_state_folder_put_back_is_as_root_had_it_and_a_members_job_runs_on(
         later = station.submit("ada", {**job, "name": "later", "command": ["true"]})
         station.wait_state(later, "succeeded")
         said = " ".join(station.log.read_text().split())
-        assert f"the state folder {state} went while the engine ran; put back" in said
+        assert f"the state folder {state} went while the engine ran: put back" in said
     finally:
         shutil.rmtree(shared, ignore_errors=True)
