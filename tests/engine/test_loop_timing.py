@@ -59,7 +59,9 @@ def test_status_carries_the_loops_times_and_counts_each_request(engine: EngineHa
         "loaders",
         "logcap",
         "archive",
-    }
+        "hooks",
+        "home",
+    }  # every step of Engine._steps: a loaded machine may make any one the slowest
 
 
 def test_engine_status_prints_the_loops_line(engine: EngineHandle, gpudesk: Run) -> None:
