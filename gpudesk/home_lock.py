@@ -18,14 +18,15 @@ from gpudesk.paths import Home, open_state_file
 from gpudesk.sqlite_file import file_identity
 
 TAKE_RETRY_S = 1.0  # a client probing whether an engine runs holds the lock for an instant
+LOOK_EVERY_S = 1.0  # how often `keep` looks (a stat), as the database's own watch does
 # After `keep` failed, how long it waits to try again (and the engine to say so again): a second
 # at first (a new engine holding the lock for a moment), doubled at each failure up to a minute
 # (a link planted in the folder's place stays until someone moves it).
 KEEP_RETRY_S = (1.0, 60.0)
 EXIT_ALREADY_RUNNING = 3  # the daemon's exit status when another engine runs its home
 # How long a client that started an engine waits, once that one said another runs the home, for
-# the other to answer: one whose state folder went puts it back at its loop's next turn (at
-# least one a second). Assumption: three seconds, for a loaded machine.
+# the other to answer: one whose state folder went puts it back at its next look (once a
+# second). Assumption: three seconds, for a loaded machine.
 PUT_BACK_WAIT_S = 3.0
 
 
@@ -39,7 +40,7 @@ class EngineLock:
     def __init__(self, path: Path, handle: IO[str]) -> None:
         self.path = path
         self._handle = handle
-        self._resting_until = 0.0  # `keep` failed: not tried again before then
+        self._next_look = 0.0  # when `keep` looks again (later after a failure)
         self._rest = KEEP_RETRY_S[0]
 
     @classmethod
@@ -68,21 +69,23 @@ class EngineLock:
         return cls(path, handle)
 
     def in_place(self) -> bool:
-        """False once the lock's path names another file or none. An fstat(2) and a stat(2):
-        the engine looks at every turn of its loop, so that its lock comes back before the
-        database's own watch (once a second) finds the database gone, and can write it back."""
+        """False once the lock's path names another file or none (an fstat(2) and a stat(2))."""
         held = os.fstat(self._handle.fileno())
         return file_identity(self.path) == (held.st_dev, held.st_ino)
 
     def keep(self, home: Home, group: int | None = None) -> bool:
         """Where the lock's path no longer names the file held (the state folder removed or
         moved under the engine): the home made again (`Home.ensure`, the socket folder with
-        `group`) and the lock taken there, without waiting. True when it did; AlreadyRunning or
-        HomeError (UnsafePath) when it cannot (tried again KEEP_RETRY_S later)."""
+        `group`) and the lock taken there, without waiting. Looks once a LOOK_EVERY_S (the
+        engine asks at every turn of its loop). True when it did; AlreadyRunning or HomeError
+        (UnsafePath) when it cannot (tried again KEEP_RETRY_S later)."""
         now = time.monotonic()
-        if now < self._resting_until or self.in_place():
+        if now < self._next_look:
             return False
-        self._resting_until = now + self._rest  # should what follows fail
+        self._next_look = now + LOOK_EVERY_S
+        if self.in_place():
+            return False
+        self._next_look = now + self._rest  # should what follows fail
         self._rest = min(2 * self._rest, KEEP_RETRY_S[1])
         home.ensure(group)
         taken = EngineLock.take(home.lock, wait_s=0.0)

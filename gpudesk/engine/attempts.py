@@ -66,9 +66,9 @@ class Attempts:
         events: EventPublisher,
         due: PlacementDue,
         tracking: Tracking,
+        containment: Containment,  # the home's, held by the engine (`Containment.probe`)
         activity: EngineActivity | None = None,
         job_limits: Callable[[], JobLimits] = JobLimits,
-        containment: Containment | None = None,  # the home's, held (`Containment.probe`)
     ) -> None:
         self.home = home
         self.store = store
@@ -83,7 +83,7 @@ class Attempts:
         self.live: dict[int, LiveAttempt] = {}  # by attempt id
         self.dataset_of: dict[int, str] = {}  # running job id -> the dataset it names
         self.demands = JobDemand(store)  # what each job is assumed to need
-        self.containment = containment or Containment.probe(home.root)
+        self.containment = containment
         self.job_limits = job_limits  # each new attempt's cgroup limits, from [station] now
         # A full disk met while settling, for `check` to raise once it has been through every
         # attempt: the engine then says so in one paragraph (Engine._say_disk).

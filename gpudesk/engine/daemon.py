@@ -180,13 +180,13 @@ class Engine:
             self.events,
             self.due,
             self.tracking,
+            self.containment,
             self.activity,
             lambda: limits_for(
                 self.station.config.job_pids_max,
                 self.station.config.job_memory_max_gb,
                 DEFAULT_JOB_MEMORY_FRACTION,
             ),
-            self.containment,
         )
         self.learning = StationLearning(store, self.attempts, self.telemetry)
         self.logcap = LogCap(

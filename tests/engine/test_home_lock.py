@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gpudesk import home_lock
 from gpudesk.home_lock import KEEP_RETRY_S, AlreadyRunning, EngineLock, holder
 from gpudesk.paths import Home
 
@@ -32,7 +33,26 @@ def test_the_holder_is_named_while_it_holds_and_no_one_after(home: Home) -> None
     assert who(home) is None
 
 
-def test_a_lock_gone_with_its_folder_is_taken_again_there(home: Home) -> None:
+@pytest.fixture
+def looks_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(home_lock, "LOOK_EVERY_S", 0.0)  # not once a second: at every call
+
+
+def test_keep_looks_once_a_second_not_at_every_turn(home: Home) -> None:
+    home.ensure()
+    lock = EngineLock.take(home.lock)
+    try:
+        assert not lock.keep(home)  # looked: in place
+        shutil.rmtree(home.root)
+        assert not lock.keep(home)  # not looked again within the second: a stat a second
+        assert not home.root.exists()
+    finally:
+        lock.close()
+
+
+def test_a_lock_gone_with_its_folder_is_taken_again_there(
+    home: Home, looks_every_call: None
+) -> None:
     home.ensure()
     lock = EngineLock.take(home.lock)
     try:
@@ -48,7 +68,7 @@ def test_a_lock_gone_with_its_folder_is_taken_again_there(home: Home) -> None:
 
 
 def test_a_lock_another_engine_took_meanwhile_is_not_taken_and_tried_less_often(
-    home: Home, tmp_path: Path
+    home: Home, tmp_path: Path, looks_every_call: None
 ) -> None:
     home.ensure()
     lock = EngineLock.take(home.lock)

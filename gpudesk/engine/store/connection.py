@@ -65,7 +65,7 @@ class StoreConnection:
         then on. One replaced (a backup moved into its place) is left to the next engine: this
         copy is saved beside it as the store closes, and True says the engine must stop."""
         moved = self._watch.moved()
-        if moved is None:
+        if moved is None or not self.path.parent.is_dir():  # the folder is home_keeper's first
             return False
         said = f"the gpudesk database {self.path} was {moved} while the engine ran"
         if moved == "replaced":
