@@ -41,6 +41,7 @@ import logging
 import os
 import re
 import signal
+import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -244,6 +245,10 @@ class Containment:
         it, let alone kill its jobs as leftovers (`sweep`)."""
         assert self.base is not None
         fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        # Only the engine's user may open the folder, and so lock it: a member who could would
+        # keep the station's next engine out. Others keep passing through it (x): a job reads
+        # its own cgroup's files.
+        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) & ~0o066)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -145,3 +145,52 @@ def test_the_state_folder_put_back_is_as_root_had_it_and_a_members_job_runs_on(
         assert f"the state folder {state} went while the engine ran: put back" in said
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+# ada tries to take the lock the engine holds on its cgroup folder, and keeps it till told
+HOLD = """
+import fcntl, os, sys
+try:
+    fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("held", flush=True)
+except OSError as exc:
+    print("refused", exc.strerror, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_member_cannot_take_the_engines_hold_and_keep_the_next_engine_out(
+    station: Station,
+) -> None:
+    """The engine holds its cgroup folder (a flock) so that no second engine of its home
+    starts beside it (hw/containment.py). Whoever can open the folder could take that lock
+    while the engine restarts and keep the station's next engine out: only root may open it,
+    even where an earlier engine left it open to all (0755)."""
+    from gpudesk.hw import containment
+
+    shared = Path(tempfile.mkdtemp(prefix="gd-hold-"))
+    shared.chmod(0o1777)
+    gate = shared / "gate"
+    job = {"name": "long", "command": ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"]}
+    try:
+        running = station.submit("ada", {**job, "workdir": "/", "gpus": 0})
+        station.wait_state(running, "running")
+        mount = containment.v2_mount()
+        folder = containment.home_folder(mount, station.state_dir) if mount else None
+        if folder is None or not folder.is_dir():
+            pytest.skip("the system engine's jobs get no cgroup here (no writable cgroup v2)")
+        folder.chmod(0o755)  # as an engine under another umask left it
+        station.stop()
+        station.start()  # the running job keeps the folder; this engine narrows it
+        assert stat.S_IMODE(os.stat(folder).st_mode) & 0o066 == 0, oct(os.stat(folder).st_mode)
+        station.stop()  # the lock is free: could ada take it before the next engine?
+        with station.popen_as("ada", SYSTEM_PYTHON, "-c", HOLD, str(folder)) as ada:
+            assert ada.stdout is not None
+            said = ada.stdout.readline()
+            station.start()  # says "another engine (pid ...)" and exits 3 had she taken it
+        assert said.startswith("refused Permission denied"), said
+        gate.touch()
+        station.wait_state(running, "succeeded")
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
