@@ -449,6 +449,7 @@ def run_profile(
     progress = Progress(progress_stream, progress_stream.isatty() if live is None else live)
     note = _noter(report, progress)
     submitting = cancel_asked = False
+    submitted: list[int] = []  # the training jobs, before the run has listed them
 
     def seen(jobs: list[JobView]) -> None:
         report.jobs = jobs
@@ -472,7 +473,7 @@ def run_profile(
                 if attach:
                     run_attach.announce(progress, group, started)
                 else:
-                    _submit_run(
+                    submitted = _submit_run(
                         client, profile, group, follow, note, cluster, apply_station, how_to_apply
                     )
                 follow()
@@ -492,7 +493,8 @@ def run_profile(
     except EngineError as exc:
         if exc.code != "unavailable" or not submitting:
             raise
-        unended = [j.id for j in report.jobs if not j.terminal]
+        # the engine may go before the run's first listing of its jobs came back
+        unended = [j.id for j in report.jobs if not j.terminal] if report.jobs else submitted
         raise EngineLost(exc, group, unended) from None
     finally:
         progress.close()
@@ -511,10 +513,11 @@ def _submit_run(
     cluster: ClusterSpec | None,
     apply_station: bool,
     how_to_apply: str,
-) -> None:
+) -> list[int]:
     """The run's submission (gpudesk.api.submit): the selections' pre-passes first, as jobs
-    the engine measures (`follow`ed), then the training jobs, which find them cached."""
-    submit_profile(
+    the engine measures (`follow`ed), then the training jobs, which find them cached. Returns
+    the training jobs' ids."""
+    return submit_profile(
         client,
         profile,
         group=group,
@@ -524,7 +527,7 @@ def _submit_run(
         cluster=cluster,
         apply_station=apply_station,
         how_to_apply=how_to_apply,
-    )
+    ).job_ids
 
 
 def _noter(report: RunReport, progress: Progress) -> Callable[[Step], None]:

@@ -173,7 +173,10 @@ def test_a_run_whose_engine_stops_says_how_to_follow_its_jobs_again(
         if run.poll() is None:
             run.kill()
     assert run.returncode == 1, out + err
-    assert err.startswith("error: the engine closed"), err
+    # closed on the run's event stream, or on its listing of the jobs: which, the race decides
+    assert err.startswith("error: the engine closed") or (
+        "closed the connection without answering this 'jobs' request" in err.split("\n")[0]
+    ), err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert "may still be queued or running" in err
     assert "gpudesk engine start" in err
