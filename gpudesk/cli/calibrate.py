@@ -20,6 +20,7 @@ import typer
 
 from gpudesk.cli.common import current_home, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from gpudesk.cli.std_streams import already_done
 
 if TYPE_CHECKING:
     from gpudesk.core.calibration_records import AloneMeasurement, Plan
@@ -234,6 +235,9 @@ def save_fit(result: Report) -> Path:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     tmp.replace(path)
+    from gpudesk.text import printable_line
+
+    already_done(f"the fit was saved all the same to {printable_line(str(path))}")
     if not result.simulated and result.observations:
         from gpudesk.api.errors import EngineError
         from gpudesk.policy.calibration import alone_observations

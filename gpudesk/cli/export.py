@@ -27,6 +27,7 @@ from gpudesk.cli.report_file import (
     home_holding,
     too_long_problem,
 )
+from gpudesk.cli.std_streams import already_done
 from gpudesk.text import is_text, printable_line, quoted
 
 if TYPE_CHECKING:
@@ -288,6 +289,10 @@ def slurm(
         print(f"warning: {warning}", file=sys.stderr)
     export = _export(loaded, cluster, offer, offer_source, absolute)
     _write(export, absolute)
+    shown = printable_line(str(absolute))
+    already_done(
+        f"the scripts were written into {shown} all the same: {shown}/submit.sh submits them"
+    )
     described = f"{offer.describe()} ({offer_source})"
     if json_out:
         _print_json(export, absolute, loaded, cluster, offer, described, warning)

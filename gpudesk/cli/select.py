@@ -13,6 +13,7 @@ import typer
 from gpudesk.cli.common import engine_client, factory_kwargs, fail
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target
+from gpudesk.cli.std_streams import already_done
 from gpudesk.text import json_text, printable_line, unsafe_char
 
 if TYPE_CHECKING:
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
 select_app = typer.Typer(
     help="Data selection presets, cached and shared across jobs.", no_args_is_help=True
 )
+
+
+LIST_HINT = "gpudesk select list shows it"
 
 
 def _cache() -> Any:
@@ -204,6 +208,8 @@ def run_command(
         fail(str(exc), EXIT_FAILED)
     _report_problems(cache)
     about = selection.describe()
+    if about["key"] is not None and not about["reused"]:
+        already_done("the selection was computed and cached all the same: " + LIST_HINT)
     result = {"dataset": settings["factory"], "fingerprint": selection.fingerprint, **about}
     if as_json:
         print(json_text(result, separators=(",", ":")))
@@ -385,7 +391,9 @@ def show_command(
 @select_app.command("clear")
 def clear_command() -> None:
     """Remove every cached ordering (they are recomputed when next asked for)."""
-    print(f"removed {_cache().clear()} selection cache entries")
+    removed = _cache().clear()
+    already_done("the selection cache was emptied all the same")
+    print(f"removed {removed} selection cache entries")
 
 
 ProfileArgument = Annotated[
