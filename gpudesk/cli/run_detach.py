@@ -121,14 +121,18 @@ def detached_text(detached: Detached, attach: str | None, prefix: str) -> str:
         if attach
         else "none: the profile was read from a pipe; --attach needs its file"
     )
-    return "\n".join(
-        [
-            textwrap.fill(
-                printable_line(said), width, break_on_hyphens=False, break_long_words=False
-            ),
-            printable_line(f"  its jobs:     {prefix}gpudesk queue --all --group {group}"),
-            printable_line(f"  wait for it:  {prefix}gpudesk wait --group {group}"),
-            printable_line(f"  cancel it:    {prefix}gpudesk cancel --group {group}"),
-            printable_line(f"  its report:   {report}"),
-        ]
-    )
+    lines = [
+        textwrap.fill(printable_line(said), width, break_on_hyphens=False, break_long_words=False),
+        printable_line(f"  its jobs:     {prefix}gpudesk queue --all --group {group}"),
+        printable_line(f"  wait for it:  {prefix}gpudesk wait --group {group}"),
+        printable_line(f"  cancel it:    {prefix}gpudesk cancel --group {group}"),
+        printable_line(f"  its report:   {report}"),
+    ]
+    if prefix:
+        # A followed run's station stops when its last run ends (own_station); a detached
+        # run leaves, so nothing stops it until a run is followed there or it is stopped.
+        stop = f"{attach} stops it at the end, or " if attach else ""
+        lines.append(
+            printable_line(f"  its station:  left running; {stop}{prefix}gpudesk engine stop")
+        )
+    return "\n".join(lines)
