@@ -64,7 +64,7 @@ def _spec_lines(j: JobView, width: int) -> list[str]:
             if j.suspended_at is not None
             else ""
         )
-        + (f" ({j.reason})" if j.reason else "")
+        + (f" ({j.state_detail})" if j.reason else "")
         + (f" [{j.unsaved}]" if j.unsaved else ""),
         *_packed(
             "  command    ",
@@ -257,7 +257,7 @@ def _usage_lines(
             # and the idle ones included
             "exclusive": "the whole GPU in MIG mode, not the slice's own: its idle slices included"
             if on_mig
-            else "exclusive GPU",
+            else "the GPU to itself",
             "sm share": "shared GPU, split by SM share",
             "mps share": "shared GPU, split by SM share, its MPS clients' share evenly",
             "even": "shared GPU, split evenly",

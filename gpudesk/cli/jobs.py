@@ -28,7 +28,7 @@ from gpudesk.cli.no_engine import acting_client, engine_kept_waiting, reading_cl
 from gpudesk.cli.plot_output import PLOT_HELP, plot_target
 from gpudesk.cli.queue_listing import DEFAULT_LIMIT, QueueOptions, list_queue
 from gpudesk.core.protocol import MAX_ROW_ID
-from gpudesk.text import quoted
+from gpudesk.text import printable_line, quoted
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -427,7 +427,7 @@ def _no_output(data: JobDetail, attempt: AttemptView | None) -> str:
     if attempt is not None:
         return f"job {job.id}'s attempt {attempt.number} never started: {attempt.reason or ''}"
     if job.terminal:
-        why = f" ({job.reason})" if job.reason else ""
+        why = f" ({job.state_detail})" if job.reason else ""
         return f"job {job.id} never ran: it was {job.state} before it started{why}"
     return f"job {job.id} has not started yet" + (f": {data.waiting}" if data.waiting else "")
 
@@ -577,9 +577,17 @@ def priority(
         if used
     ]
     if len(given) != 1:
+        # `gpudesk priority 5 10` (scontrol's order, without its keyword): say the flag
+        hint = (
+            f"; to set job(s) {' '.join(jobs[:-1])} to priority {jobs[-1]}: gpudesk priority "
+            f"{' '.join(jobs[:-1])} --set {jobs[-1]}"
+            if not given and len(jobs) > 1 and jobs[-1].lstrip("-").isdigit()
+            else ""
+        )
         fail(
             "give exactly one of --set N, --up or --down"
-            + (f" (found {' and '.join(given)})" if given else ""),
+            + (f" (found {' and '.join(given)})" if given else "")
+            + printable_line(hint),
             EXIT_USAGE,
         )
     if value is not None:

@@ -48,7 +48,7 @@ class Progress:
             if job.placed:
                 detail = f" on {job.slot} (attempt {job.attempts})" if job.slot else ""
             elif job.terminal or job.attempts:
-                detail = f": {job.reason}" if job.reason else ""
+                detail = f": {job.state_detail}" if job.reason else ""
             if job.unsaved:  # a full disk: shown as it is, not yet in the store
                 detail += f" [{job.unsaved}]"
             print(

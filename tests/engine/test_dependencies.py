@@ -313,7 +313,7 @@ def test_logs_of_a_job_with_no_output_says_why(engine: EngineHandle, tmp_path: P
     gpudesk("cancel", str(cancelled))
     said = gpudesk("logs", str(cancelled))
     assert said.stderr == (
-        f"job {cancelled} never ran: it was cancelled before it started (cancelled while queued)\n"
+        f"job {cancelled} never ran: it was cancelled before it started (while queued)\n"
     )
     gone = tmp_path / "gone"
     gone.mkdir()

@@ -200,6 +200,8 @@ def test_job_control_commands_and_their_errors(engine: EngineHandle, tmp_path: P
         (("requeue", str(queued), "424242"), 1, "no job with id 424242"),
         (("priority", "waiting"), 2, "give exactly one of --set N, --up or --down"),
         (("priority", "waiting", "--up", "--down"), 2, "(found --up and --down)"),
+        # scontrol's order without its keyword: the flag is said
+        (("priority", "waiting", "7"), 2, "to priority 7: gpudesk priority waiting --set 7"),
         (("priority", "waiting", "--set", "5000"), 2, "--set: expected a whole number from"),
         (("requeue", str(blocker)), 1, ""),
     ]

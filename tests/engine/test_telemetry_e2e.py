@@ -162,7 +162,7 @@ def test_a_sweep_on_the_simulated_station_moves_memory_and_energy(
     assert usage.gpu_idle_j > 4.0 * 52 and usage.gpu_above_idle_j > 0
     assert usage.carbon_g > 0 and usage.cpu_s > 0
     shown = gpudesk("show", str(ids[0]))
-    assert "GPU energy" in shown.stdout and "exclusive GPU" in shown.stdout
+    assert "GPU energy" in shown.stdout and "the GPU to itself" in shown.stdout
     assert re.search(r"GPU energy \d+\.?\d* k?Wh", shown.stdout)  # Wh for people, J in JSON
     assert "g CO2e at 475 g/kWh" in shown.stdout
 

@@ -189,6 +189,17 @@ class JobView(WireModel, frozen=True):
         return self.state in ("succeeded", "failed", "cancelled")
 
     @property
+    def state_detail(self) -> str | None:
+        """`reason` as said after the state, without the state's word where the reason starts
+        with it: `cancelled (killed by SIGTERM)`, not `cancelled (cancelled (killed by
+        SIGTERM))`; `cancelled (while queued)`."""
+        reason = self.reason
+        if reason is None or not reason.startswith(self.state + " "):
+            return reason
+        rest = reason[len(self.state) + 1 :]
+        return rest[1:-1] if _wrapped(rest) else rest
+
+    @property
     def array_head(self) -> bool:
         """Is it an array's first job, whose id names every task of the array (as Slurm reads
         an array's id: docs/jobs.md)?"""
@@ -440,3 +451,15 @@ class EditResult(WireModel, frozen=True):
     id: int
     name: str
     changes: list[str] = []
+
+
+def _wrapped(text: str) -> bool:
+    """Is `text` one parenthesis around the rest ("(a (b))", not "(a) and (b)")?"""
+    if not (text.startswith("(") and text.endswith(")")):
+        return False
+    depth = 0
+    for position, char in enumerate(text):
+        depth += (char == "(") - (char == ")")
+        if depth == 0:
+            return position == len(text) - 1
+    return False
