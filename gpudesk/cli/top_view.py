@@ -253,8 +253,9 @@ def _header(view: dict[str, Any], width: int = WIDTH) -> list[str]:
             f"{engine['slots_busy']}/{engine['slots_total']}, {engine['queued']} queued"
         )
     clock = time.strftime("%H:%M:%S", time.localtime(view["taken_at"]))
+    # the label before what a narrow terminal cuts (the clock, the backend's name)
     label = "SIMULATED  " if view["simulated"] else ""
-    lines = [f"gpudesk top  {clock}  {label}backend {view['backend']}", state]
+    lines = [f"gpudesk top  {label}{clock}  backend {view['backend']}", state]
     drained = (engine or {}).get("drained")
     if drained:
         lines.append(f"DRAINED: the station is {drained}; no job starts until undrained")
@@ -285,12 +286,12 @@ def _since(view: dict[str, Any]) -> str:
 def _gpu_block(
     gpu: dict[str, Any], simulated: bool, jobs: dict[int, dict[str, Any]], since: str
 ) -> list[str]:
-    tag = " (SIMULATED)" if simulated else ""
+    tag = " (SIMULATED)" if simulated else ""  # before the name, which a narrow terminal cuts
     if gpu["lost"]:
-        return [f"GPU {gpu['index']}  {gpu['name'] or '?'}{tag}  LOST: fell off the bus"]
+        return [f"GPU {gpu['index']}{tag}  {gpu['name'] or '?'}  LOST: fell off the bus"]
     temp = _na(gpu["temperature_c"], unit="C")
     clock = _na(gpu["sm_clock_mhz"], unit=" MHz")
-    title = f"GPU {gpu['index']}  {gpu['name'] or '?'}{tag}"
+    title = f"GPU {gpu['index']}{tag}  {gpu['name'] or '?'}"
     lines = [f"{title}  {temp}  {clock}".rstrip()]
     sm = gpu["sm_activity_pct"]
     power, limit = gpu["power_w"], gpu["power_limit_w"]

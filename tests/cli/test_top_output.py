@@ -121,6 +121,10 @@ def test_a_narrow_window_gets_lines_no_wider_than_it(
     (frame, *_) = frames_on_a_terminal(24, columns, b"engine")
     assert frame[0].startswith("gpudesk top"[: columns - 1])
     assert all(render.cell_width(line) <= columns for line in frame), frame
+    if columns >= 30:  # the label comes before what such a width cuts (clock, names)
+        assert frame[0].startswith("gpudesk top  SIMULATED"), frame
+        gpu_lines = [line for line in frame if line.startswith("GPU ")]
+        assert gpu_lines and all("(SIMULATED)" in line for line in gpu_lines), frame
 
 
 def test_a_window_too_short_for_a_line_per_gpu_counts_the_rest() -> None:
