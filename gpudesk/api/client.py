@@ -85,7 +85,7 @@ if TYPE_CHECKING:
     from gpudesk.policy.interference import Observation
 
 Model = TypeVar("Model", bound=WireModel)
-JobRef = int | str  # a job's id, or its name (the newest job of that name)
+JobRef = int | str  # a job's id, or its name (the caller's newest job of that name, else anyone's)
 
 
 def one_view_per_job(*reads: Sequence[JobView]) -> list[JobView]:

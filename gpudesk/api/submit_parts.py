@@ -29,7 +29,7 @@ from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.api.models import ActionOutcome, ActionResult, SubmitResult
 from gpudesk.core import protocol
 from gpudesk.core.protocol import MAX_ROW_ID, Request, json_values
-from gpudesk.core.wire.requests import InParts, ReleaseArgs, SubmitArgs
+from gpudesk.core.wire.requests import InParts, PartOf, ReleaseArgs, SubmitArgs
 from gpudesk.render import id_ranges
 
 if TYPE_CHECKING:
@@ -88,7 +88,9 @@ def _plan(
 ) -> list[range]:
     """`plan_parts` of the jobs' costs (`_cost`)."""
     most_parts = {"jobs": MAX_ROW_ID, "parts": MAX_ROW_ID}  # its largest
+    whole = {"jobs": MAX_ROW_ID, "sent": MAX_ROW_ID}
     args: dict[str, Any] = {"jobs": [], "env": env, "hold": True, "in_parts": most_parts}
+    args["part_of"] = whole
     envelope = Request(op="submit", args=args, id=2**31).encode()
     base_bytes, base_values = len(envelope), json_values(envelope)
     parts: list[range] = []
@@ -210,6 +212,7 @@ def submit_in_parts(
                 env=env,
                 hold=True,
                 in_parts=in_parts,
+                part_of=PartOf(jobs=len(jobs), sent=len(ids)),
                 first_tasks_alone=list(alone),
             )
             try:
@@ -258,8 +261,10 @@ def check_in_parts(
     """`check_submit` of a submission too large for one request, part by part. A part's check
     cannot name the jobs of the parts before it (none is queued): those references, which the
     profile's reading already checked, are left out of it."""
+    whole = PartOf(jobs=len(jobs))  # none of it queued: the queue limit counted over all
     for part in parts:
         try:
-            client.call(SubmitResult, "check_submit", jobs=part_jobs(jobs, part, None), env=env)
+            args = SubmitArgs(jobs=part_jobs(jobs, part, None), env=env, part_of=whole)
+            client.ask(SubmitResult, "check_submit", args)
         except EngineError as exc:
             raise _counted_over_all(exc, part) from None

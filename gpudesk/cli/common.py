@@ -118,12 +118,13 @@ def engine_client(*, autostart: bool = True, timeout: float | None = None) -> Cl
 
 # How a command's job arguments read (docs/jobs.md), in each command's --help
 JOB_REFS_HELP = (
-    "Job ids or names; an array's id names every task of the array, ID_TASK (144_2) one task, "
+    "Job ids or names (a name: your newest job of it, else anyone's); an array's id names "
+    "every task of the array, ID_TASK (144_2) one task, "
     "ID_[INDEXES] (144_[0-3,7]) those tasks, as in Slurm."
 )
 ONE_JOB_HELP = (
-    "Job id, array task (ID_TASK: 144_2), or name (the newest job of that name); an array's "
-    "id is its first task here."
+    "Job id, array task (ID_TASK: 144_2), or name (your newest job of that name, else anyone's "
+    "newest); an array's id is its first task here."
 )
 
 COMPLETION_TIMEOUT_S = 0.5  # a shell waits on this at each Tab: an engine that is slow is none

@@ -6,8 +6,9 @@ none touched (engine/requests/job_actions.py): the CLI said only "no job with id
 and left job 1 as it was, which a user of Slurm or pueue takes for done. Here a request the
 engine refuses for an unknown job is sent again without the refs that name none, found with the
 engine's own lookups (by id: one listing of those ids; by name: `show`, the engine's newest job
-of that name), so no job is acted on that was not named. Nothing is sent again when every ref
-names a job (the engine's answer changed in between: its refusal stands, nothing done).
+of that name, the caller's own where she has one), so no job is acted on that was not named.
+Nothing is sent again when every ref names a job (the engine's answer changed in between: its
+refusal stands, nothing done).
 """
 
 from __future__ import annotations

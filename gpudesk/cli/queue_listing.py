@@ -19,8 +19,12 @@ from gpudesk.cli.common import (
 from gpudesk.cli.exit_codes import EXIT_USAGE
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpudesk.api.client import Client
     from gpudesk.api.models import DamagedJob, DrainView, JobStateName, JobView
+
+    Keep = Callable[[JobView], bool]  # a filter of the CLI's own (--name, --state held)
 
 DEFAULT_LIMIT = 500  # waiting jobs shown by default (every running one is)
 LIVE_STATES: tuple[JobStateName, ...] = ("queued", "running")  # the order jobs pass through them
@@ -146,13 +150,17 @@ def list_queue(options: QueueOptions) -> None:
         if options.json_out:
             print_json({"jobs": [], "simulated": None})
         return
+    keep: Keep | None = None
+    if asked or name is not None:  # the filters the engine has not: before --limit, as its own
+
+        def keep(job: JobView) -> bool:
+            return (not asked or ("held" if job.held else job.state) in asked) and (
+                name is None or fnmatch.fnmatchcase(job.name, name)
+            )
+
     with client:
-        listed = fetch_listed(client, states, options.group, options.limit, owner)
+        listed = fetch_listed(client, states, options.group, options.limit, owner, keep)
     jobs, damaged, cut = listed.jobs, listed.damaged, listed.cut
-    if asked:
-        jobs = [job for job in jobs if ("held" if job.held else job.state) in asked]
-    if name is not None:
-        jobs = [job for job in jobs if fnmatch.fnmatchcase(job.name, name)]
     say_damaged(damaged)
     if options.json_out:
         shown = {"jobs": to_builtins(jobs), "simulated": listed.simulated}
@@ -190,25 +198,32 @@ def fetch_listed(
     group: str | None,
     limit: int,
     owner: str | int | None,
+    keep: Keep | None = None,
 ) -> Listed:
     """Queued and running jobs (the default): every running job, then the waiting ones in queue
     order (priority, then submission), the first `limit` of them. Otherwise the newest `limit`
-    jobs, every running one among those asked for kept."""
+    jobs, every running one among those asked for kept. `keep`: the jobs the filters the
+    engine has not (--name, --state held) keep, picked before the limit, which then counts
+    only them, as it does the engine's own filters (--user, --group, --state)."""
+    matching = "" if keep is None else " matching"
     if states is not None and set(states) <= set(LIVE_STATES):
         # one listing in id order: a job that starts or ends between its pages is listed once,
         # as it was when its page was read (a job still waiting or running is never missed)
         listing = client.job_listing(states=states, group=group, user=owner)
         damaged = list(listing.damaged)
-        running = [job for job in listing.jobs if job.placed]
-        waiting = [job for job in listing.jobs if not job.placed]
+        kept = [job for job in listing.jobs if keep is None or keep(job)]
+        running = [job for job in kept if job.placed]
+        waiting = [job for job in kept if not job.placed]
         waiting.sort(key=lambda job: job.queue_order)
         cut = None
         if len(waiting) > limit:
             cut = (
-                f"… and {len(waiting) - limit} more waiting (of {len(waiting)}); "
+                f"… and {len(waiting) - limit} more{matching} waiting (of {len(waiting)}); "
                 f"--limit {len(waiting)} shows them all"
             )
         return Listed(running + waiting[:limit], damaged, cut, listing.simulated, listing.drain)
+    if keep is not None:
+        return _newest_kept(client, states, group, limit, owner, keep)
     listing = client.job_listing(states=states, group=group, limit=limit, user=owner)
     jobs, damaged, cut = listing.jobs, list(listing.damaged), None
     if listing.more:
@@ -221,3 +236,25 @@ def fetch_listed(
         live = client.job_listing(states=["running"], group=group, user=owner).jobs
         jobs = one_view_per_job(jobs, live)
     return Listed(jobs, damaged, cut, listing.simulated, listing.drain)
+
+
+def _newest_kept(
+    client: Client,
+    states: list[JobStateName] | None,
+    group: str | None,
+    limit: int,
+    owner: str | int | None,
+    keep: Keep,
+) -> Listed:
+    """The newest `limit` jobs `keep` keeps (every running one among them too), of every job
+    the engine's filters give: the client's filter must see them all to count what the limit
+    left out of those it keeps, not of the store."""
+    from gpudesk.api.client import one_view_per_job
+
+    listing = client.job_listing(states=states, group=group, user=owner)
+    kept = [job for job in listing.jobs if keep(job)]
+    jobs = one_view_per_job(kept[-limit:], [job for job in kept if job.state == "running"])
+    cut, left = None, len(kept) - len(jobs)
+    if left:
+        cut = f"… and {left} older matching job{'s' * (left != 1)} not shown; --limit N shows more"
+    return Listed(jobs, list(listing.damaged), cut, listing.simulated, listing.drain)

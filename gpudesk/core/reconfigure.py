@@ -17,7 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpudesk.core.station import STATION_KEYS, StationConfig, mig_layout_problem
+from gpudesk.core.station import (
+    NO_LIMIT_WHEN_UNSET,
+    STATION_KEYS,
+    StationConfig,
+    mig_layout_problem,
+)
 from gpudesk.core.wire import station as wire
 
 
@@ -33,7 +38,8 @@ class SettingChange:
     @property
     def message(self) -> str:
         """ "policy auto → fifo" """
-        text = f"{self.key} {setting_text(self.old)} → {setting_text(self.new)}"
+        old, new = setting_text(self.old, self.key), setting_text(self.new, self.key)
+        text = f"{self.key} {old} → {new}"
         return f"{text} ({self.note})" if self.note else text
 
     def view(self) -> wire.SettingChange:
@@ -52,7 +58,7 @@ class SettingNotApplied:
     @property
     def message(self) -> str:
         """ "not applied: policy fifo (the station runs auto; only an admin ... )" """
-        return f"not applied: {self.key} {setting_text(self.value)} ({self.reason})"
+        return f"not applied: {self.key} {setting_text(self.value, self.key)} ({self.reason})"
 
     def view(self) -> wire.SettingNotApplied:
         return wire.SettingNotApplied(
@@ -129,7 +135,7 @@ def weigh(
         if old == new:
             continue
         if refusal is not None:
-            reason = f"the station runs {setting_text(old)}; {refusal}"
+            reason = f"the station runs {setting_text(old, key)}; {refusal}"
             not_applied.append(SettingNotApplied(key, new, old, reason))
             kept.update(current.fields_of(key))
             continue
@@ -176,10 +182,11 @@ def mig_not_applied(
     return None
 
 
-def setting_text(value: Any) -> str:
-    """A setting's value as a person reads it: `auto`, `true`, `2`, `3=3g.20gb,2g.10gb`."""
+def setting_text(value: Any, key: str = "") -> str:
+    """A setting's value as a person reads it: `auto`, `true`, `2`, `3=3g.20gb,2g.10gb`; unset,
+    `none` for `key` whose unset value is no limit (NO_LIMIT_WHEN_UNSET), else `default`."""
     if value is None:
-        return "default"
+        return "none" if key in NO_LIMIT_WHEN_UNSET else "default"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):

@@ -203,9 +203,14 @@ def check_job_memory_max_gb(value: Any) -> float | None:
     return number_in(0.0, MAX_JOB_MEMORY_GB)(value)
 
 
+# The keys whose unset value (None, JSON null) is no limit at all, said "none" (`engine set`'s
+# echo, docs/shared-station.md's defaults), not the "default" of a key unset to its default.
+NO_LIMIT_WHEN_UNSET = frozenset({"max_running_gpus_per_user", "max_queued_per_user"})
+
+
 def check_per_user_limit(value: Any) -> int | None:
-    """A per-user limit: a whole number, 0 (or absent) for none."""
-    if value is None:
+    """A per-user limit: a whole number, 0, "none" or absent (null) for none."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in _OFF_WORDS):
         return None
     if (
         isinstance(value, bool)
@@ -213,7 +218,7 @@ def check_per_user_limit(value: Any) -> int | None:
         or not 0 <= value <= MAX_PER_USER_LIMIT
     ):
         raise ValueError(
-            f"expected a whole number from 0 (no limit) to {MAX_PER_USER_LIMIT}, "
+            f'expected a whole number from 0 (or "none": no limit) to {MAX_PER_USER_LIMIT}, '
             f"found {describe(value)}"
         )
     return value or None

@@ -64,8 +64,9 @@ class JobControl:
         self.store = store
         self.backends = backends
 
-    def find(self, ref: int | str | tuple[int, int]) -> JobRecord:
-        """A job by id (int or digits), array task (`144_2` as (144, 2)) or name (the newest)."""
+    def find(self, ref: int | str | tuple[int, int], uid: int) -> JobRecord:
+        """A job by id (int or digits), array task (`144_2` as (144, 2)) or name: user `uid`'s
+        newest of it, else anyone's (as Slurm's `scancel --name`: no newer namesake shadows)."""
         if isinstance(ref, tuple):
             job_id = self.store.array_tasks([ref[0]]).get(ref[0], {}).get(ref[1])
             if job_id is None:
@@ -76,7 +77,7 @@ class JobControl:
         jobs = self.store.jobs_named(ref)
         if not jobs:
             raise UnknownJob(f"no job with id or name {ref!r}")
-        return jobs[-1]
+        return ([job for job in jobs if job.owner.uid == uid] or jobs)[-1]
 
     def cancel(self, job: JobRecord, grace: float) -> JobOutcome:
         if job.state in TERMINAL_STATES:

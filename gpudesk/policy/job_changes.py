@@ -59,7 +59,7 @@ def requeued(jobs: Sequence[JobRecord], limit: int | None, queued: Callable[[int
             job.user,
             queued(uid) + requeues[uid],
             1,
-            "requeueing",
+            "requeue",
             f"Job {job.id} was not requeued",
         )
         if job.state is JobState.QUEUED:

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 
 from gpudesk.core.jobs import JobSpec
 from gpudesk.core.records import JobRecord
+from gpudesk.core.wire.requests import PartOf
 from gpudesk.policy.queue import JobQueue
 from gpudesk.text import safe_text
 
@@ -40,19 +41,33 @@ def queued_count(queue: JobQueue, uid: int) -> int:
     return queue.owned_by(uid)
 
 
+_DOING = {"submit": "submitting", "requeue": "requeueing"}
+
+
 def queued_refusal(
-    limit: int | None, owner: str, queued: int, adding: int, verb: str, undone: str
+    limit: int | None,
+    owner: str,
+    queued: int,
+    adding: int,
+    verb: str,
+    undone: str,
+    whole: PartOf | None = None,
 ) -> str | None:
     """Why putting `adding` more of `owner`'s jobs in the queue (by `verb`: "submit",
     "requeue") would break `[station] max_queued_per_user`, or None while it would not.
-    `undone`: what was not done, for the message ("Nothing was submitted")."""
+    `undone`: what was not done, for the message ("Nothing was submitted"). `whole`: the
+    submission these `adding` are a part of (sent in parts): counted whole, its earlier parts
+    taken off `queued`, so the first part of one too large is refused saying what she asked for
+    (never less strict than the part alone: the whole holds this part and those before it)."""
+    if whole is not None and whole.sent <= queued and whole.sent + adding <= whole.jobs:
+        queued, adding = queued - whole.sent, whole.jobs
     if limit is None or queued + adding <= limit:
         return None
     plural = "s" if queued != 1 else ""
     return (
         f"{owner} has {queued} job{plural} queued (held and waiting ones count) and the station "
-        f"allows {limit} per user ([station] max_queued_per_user); {verb} {adding} more would "
-        f"make {queued + adding}. {undone}: wait for some to start, or cancel some "
+        f"allows {limit} per user ([station] max_queued_per_user); {_DOING[verb]} {adding} "
+        f"more would make {queued + adding}. {undone}: wait for some to start, or cancel some "
         f"(gpudesk queue --user {owner}), then {verb} again."
     )
 

@@ -400,7 +400,8 @@ class DeskApp(App[str]):
     def find_job(self, text: str) -> tuple[JobView | None, str]:
         """The job a user means by `text`: its id (`21`, or as the cards label it, `j21`;
         `#21` too), its exact name, else the one job whose name contains it (the newest where
-        several share a name); else why none."""
+        several share a name: her own newest where she has one, as the engine reads a name);
+        else why none."""
         jobs = self.state.jobs
         number = text.strip().removeprefix("#")
         if number[:1] in ("j", "J") and not any(j.name == text for j in jobs):
@@ -411,7 +412,7 @@ class DeskApp(App[str]):
         exact = [j for j in jobs if j.name == text]
         found = exact or [j for j in jobs if text.lower() in j.name.lower()]
         if len(found) == 1 or exact:
-            return max(found, key=lambda j: j.id), ""
+            return max([j for j in found if j.uid == os.getuid()] or found, key=lambda j: j.id), ""
         if not found:
             return None, f"no job named like {text!r}"
         names = ", ".join(f"{j.id} {j.name}" for j in found[:4]) + ("…" if len(found) > 4 else "")

@@ -159,7 +159,7 @@ def test_show_of_a_part_still_held_says_its_submission_is_arriving_not_to_releas
     assert engine.show(job_id).waiting == plain
 
 
-# An engine from before `in_parts`: its submit's arguments (release's were JobRefsArgs)
+# An engine from before `in_parts` and `part_of`: its submit's arguments (release's: JobRefsArgs)
 class SubmitArgsBefore(OpArgs, frozen=True):
     jobs: list[dict[str, Any]]
     env: dict[str, str] | None = None
@@ -192,7 +192,7 @@ def test_an_engine_from_before_in_parts_takes_each_request_of_the_parts_as_it_di
     for op, args in sent:
         assert args["in_parts"] == {"jobs": 5, "parts": 2}
         taken = msgspec.to_builtins(decode_args(before[op], args))
-        assert taken == {k: v for k, v in args.items() if k != "in_parts"}, op
+        assert taken == {k: v for k, v in args.items() if k not in ("in_parts", "part_of")}, op
 
 
 def test_an_array_larger_than_one_request_is_one_array(engine: EngineHandle, gpudesk) -> None:
@@ -221,14 +221,47 @@ def test_a_part_the_engine_refuses_leaves_nothing_queued_and_counts_its_job_over
     assert all(j.state == "cancelled" and j.attempts == 0 for j in every)
 
 
-def test_a_queue_limit_reached_in_a_later_part_refuses_the_whole(engine: EngineHandle) -> None:
+def test_a_queue_limit_counts_the_whole_submission_and_refuses_it_at_once(
+    engine: EngineHandle,
+) -> None:
+    """The limit is counted over every part: the first is refused, saying what was asked for
+    in all (not the part's 500), and nothing is queued to be withdrawn."""
     engine.client.request("configure", station={"max_queued_per_user": MANY - 1})
+    (one,) = engine.api.submit_jobs(specs(1), hold=True).ids
     with pytest.raises(EngineError) as refused:
         engine.api.submit_jobs(specs(MANY))
+    said = str(refused.value)
+    assert (
+        f"has 1 job queued (held and waiting ones count) and the station allows {MANY - 1} " in said
+    )
+    assert f"; submitting {MANY} more would make {MANY + 1}. Nothing was submitted" in said, said
+    assert said.endswith("then submit again.") and "cancelled" not in said, said
+    assert [j.id for j in engine.api.jobs(archived=True)] == [one]
+    with pytest.raises(EngineError) as checked:  # a profile's check counts it so too
+        engine.api.check_submit(specs(MANY))
+    assert f"submitting {MANY} more would make {MANY + 1}" in str(checked.value)
+
+
+def test_a_queue_limit_reached_in_a_later_part_refuses_the_whole(engine: EngineHandle) -> None:
+    """Another submit of hers between two parts leaves no room for the rest: the parts
+    queued before are withdrawn, nothing of the submission queued."""
+    engine.client.request("configure", station={"max_queued_per_user": MANY})
+    client, real_call = engine.api, engine.api.call
+    sent: list[str] = []
+
+    def call(model: type, op: str, **args: object) -> object:
+        sent.append(op)
+        if op == "submit" and sent.count("submit") == 3:  # the whole, refused; the first part
+            real_call(model, op, jobs=[specs(1)[0].to_dict()], hold=True)
+        return real_call(model, op, **args)
+
+    client.call = call  # type: ignore[method-assign]
+    with pytest.raises(EngineError) as refused:
+        client.submit_jobs(specs(MANY))
     assert "Nothing was submitted" in str(refused.value), refused.value
-    every = engine.api.jobs(archived=True)  # the first parts', cancelled before any started
-    assert len(every) == (MANY - 1) // PART_JOBS * PART_JOBS
-    assert all(j.state == "cancelled" and j.attempts == 0 for j in every)
+    every = engine.api.jobs(archived=True)  # the first part's, cancelled; the one between
+    assert len(every) == PART_JOBS + 1
+    assert sum(j.state == "cancelled" and j.attempts == 0 for j in every) == PART_JOBS
 
 
 def test_an_array_continued_by_id_must_be_its_owners_first_job(engine: EngineHandle) -> None:

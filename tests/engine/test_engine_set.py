@@ -53,3 +53,20 @@ def test_engine_start_with_options_keeps_the_other_saved_settings(
     assert code == 0, err
     now = station(home)
     assert (now.slots, now.grid_region, now.policy) == (3, "DE", "fifo")
+
+
+def test_a_per_user_limit_is_set_and_echoed_none_as_its_docs_and_status_say(
+    engine: EngineHandle, gpudesk: Run
+):
+    """No limit is `none` everywhere: the word taken, the echo and the status (null) agree."""
+    code, out, err = gpudesk("engine", "set", "max_queued_per_user=100")
+    assert (code, out.strip()) == (0, "station: max_queued_per_user none → 100"), err
+    assert station(engine.home).max_queued_per_user == 100
+    code, out, err = gpudesk("engine", "set", "max_queued_per_user=none")
+    assert (code, out.strip()) == (0, "station: max_queued_per_user 100 → none"), err
+    assert station(engine.home).max_queued_per_user is None
+    assert gpudesk("engine", "set", "max_running_gpus_per_user=2")[0] == 0
+    code, out, err = gpudesk("engine", "set", "max_running_gpus_per_user=0")
+    assert (code, out.strip()) == (0, "station: max_running_gpus_per_user 2 → none"), err
+    code, _, err = gpudesk("engine", "set", "max_queued_per_user=lots")
+    assert code == 2 and 'from 0 (or "none": no limit)' in err, err

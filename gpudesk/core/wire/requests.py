@@ -92,11 +92,22 @@ class InParts(msgspec.Struct, frozen=True, kw_only=True):
     parts: Annotated[int, msgspec.Meta(ge=1, le=MAX_ROW_ID)]
 
 
+class PartOf(msgspec.Struct, frozen=True, kw_only=True):
+    """The whole submission a part is of (gpudesk.api.submit_parts): `jobs` in all, `sent` of
+    them queued by the parts before it. `[station] max_queued_per_user` is counted over the
+    whole (policy/user_limits.py): the first part of one too large is refused, saying what
+    she asked for, not what the part holds. An engine from before it ignores it."""
+
+    jobs: Annotated[int, msgspec.Meta(ge=1, le=MAX_ROW_ID)]
+    sent: Annotated[int, msgspec.Meta(ge=0, le=MAX_ROW_ID)] = 0
+
+
 class SubmitArgs(OpArgs, frozen=True):
     """`submit` and `check_submit`: the jobs (JobSpec checks each) and the submitter's
     environment, which each job's own `env` is laid on; `hold`: queued held (as sbatch --hold),
     none starting until released; `in_parts`: held by the client as one of the parts of a
-    larger submission, not by the user."""
+    larger submission, not by the user; `part_of`: the submission a part is of, held by
+    either (PartOf)."""
 
     jobs: Annotated[
         list[dict[str, Any]],
@@ -109,6 +120,7 @@ class SubmitArgs(OpArgs, frozen=True):
     env: dict[str, str] | None = None
     hold: bool = False
     in_parts: InParts | None = None
+    part_of: PartOf | None = None
     first_tasks_alone: FirstTasksAlone = msgspec.field(default_factory=list)
 
     def in_parts_problem(self) -> str | None:

@@ -115,12 +115,12 @@ class Requests:
         tasks = self.parts.store.array_tasks
         return functools.cache(lambda i: {} if i in alone else tasks([i]).get(i, {}))
 
-    def _find(self, ref: JobRef, field: str) -> JobRecord:
-        """A job by id (int or digits) or by name (the newest job of that name); `field` names
-        the argument in the error for a ref that is neither."""
-        return self.parts.control.find(checked_ref(ref, field))
+    def _find(self, ref: JobRef, field: str, caller: Caller) -> JobRecord:
+        """A job by id or name (JobControl.find: the caller's, else anyone's newest); `field`
+        names the argument in the error for a ref that is neither."""
+        return self.parts.control.find(checked_ref(ref, field), caller.uid)
 
-    def _find_ids(self, refs: Sequence[JobRef], field: str) -> list[int]:
+    def _find_ids(self, refs: Sequence[JobRef], field: str, caller: Caller) -> list[int]:
         """The ids of the jobs `refs` name (`_find`'s way: one that names no job raises), each
         once, in the order first named. The ids named are looked up at once (in the queue, the
         others in one query of ids alone, 1,000 of them in about a millisecond); the jobs are
@@ -138,7 +138,7 @@ class Requests:
             if isinstance(checked, int) and checked in known:
                 by_id.add(checked)
             else:
-                checked = self.parts.control.find(checked).id
+                checked = self.parts.control.find(checked, caller.uid).id
             found.setdefault(checked)
         arrays = self.parts.store.array_tasks(sorted(by_id))
         return list(dict.fromkeys(j for i in found for j in (i, *arrays.get(i, {}).values())))

@@ -59,7 +59,7 @@ class JobActionRequests(Requests):
         placement runs, between two slices. Until its slice has come, a queued job named here
         is not started, and a later request naming it waits for this one
         (policy/job_claims.py)."""
-        ids = self._find_ids(args.jobs, "jobs")
+        ids = self._find_ids(args.jobs, "jobs", caller)
         queue, access = self.parts.queue, self.parts.access
         # not claimed: a queued job the caller may not act on (another member's), so that
         # naming someone's jobs, each refused, cannot keep them from starting or her waiting

@@ -165,7 +165,7 @@ class ListingRequests(Requests):
 
     def show(self, args: ShowArgs, caller: Caller) -> JobDetail:
         parts = self.parts
-        job = self._find(args.job, "job")
+        job = self._find(args.job, "job", caller)
         backend = parts.control.backends.for_job(job)
         view = backend.view([job])
         views = [self.job_reply(job, caller, view)]
@@ -209,7 +209,7 @@ class ListingRequests(Requests):
         and the admins' only (policy/access.py). `data` is base64; `skipped` the bytes before it
         that were rotated away; `next` the position after it; `end` the stream's end now."""
         parts = self.parts
-        job = self._find(args.job, "job")
+        job = self._find(args.job, "job", caller)
         refusal = parts.access.job_refusal(caller, job, "read the logs of")
         if refusal:
             raise ProtocolError(protocol.REFUSED, refusal)

@@ -13,7 +13,7 @@ from gpudesk.core.jobs import JobSpec, SpecError, check_env
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import SubmitResult
-from gpudesk.core.wire.requests import SubmitArgs
+from gpudesk.core.wire.requests import PartOf, SubmitArgs
 from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.engine.store.database import Store
@@ -109,7 +109,7 @@ class SubmitRequests(Requests):
             refusal := user_limits.submit_priority_refusal(specs, access.admins)
         ):
             raise ProtocolError(protocol.REFUSED, refusal)
-        self._check_queued_limit(caller, len(specs))
+        self._check_queued_limit(caller, len(specs), args.part_of)
         return specs, base_env
 
     def _check_references(self, index: int, spec: JobSpec, known: set[int]) -> None:
@@ -156,18 +156,15 @@ class SubmitRequests(Requests):
             if missing:
                 raise ProtocolError(protocol.REFUSED, missing)
 
-    def _check_queued_limit(self, caller: Caller, adding: int) -> None:
+    def _check_queued_limit(self, caller: Caller, adding: int, whole: PartOf | None) -> None:
         """Refuse a submit that would leave the caller more queued jobs than `[station]
-        max_queued_per_user` (policy/user_limits.py says what counts). All of a request's jobs
-        or none."""
+        max_queued_per_user` (policy/user_limits.py says what counts; `whole`: the submission
+        a part is of). All of a request's jobs or none."""
         queued = user_limits.queued_count(self.parts.queue, caller.uid)
+        limit = self.parts.station.config.max_queued_per_user
+        undone = "Nothing was submitted"
         refusal = user_limits.queued_refusal(
-            self.parts.station.config.max_queued_per_user,
-            caller.name,
-            queued,
-            adding,
-            "submitting",
-            "Nothing was submitted",
+            limit, caller.name, queued, adding, "submit", undone, whole
         )
         if refusal:
             raise ProtocolError(protocol.REFUSED, refusal)
