@@ -104,11 +104,15 @@ def stopped(home: Home) -> NoReturn:
     that has no empty answer)."""
     from gpudesk.core.lost_database import lost_database
 
+    # The home named as the command found it: `GPUDESK_HOME=… gpudesk history` (a profile's
+    # own SIMULATED station) is not started by a bare `gpudesk engine start` (that is yours).
+    quoted_home = printable_line(shlex.quote(str(home.root)))
+    named = f"GPUDESK_HOME={quoted_home} " if os.environ.get("GPUDESK_HOME") else ""
     # (a database deleted under the last engine: the next one refuses to start, and says why)
     start = (
-        f"`gpudesk engine start` would not start one: {problem}"
+        f"`{named}gpudesk engine start` would not start one: {problem}"
         if (problem := lost_database(home))
-        else "`gpudesk engine start` starts it (its jobs are kept)"
+        else f"`{named}gpudesk engine start` starts it (its jobs are kept)"
     )
     fail(
         f"no engine is running for {home.root}; this command only asks a running one and "

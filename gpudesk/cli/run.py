@@ -314,7 +314,9 @@ def _connect(
         client = stack.enter_context(own_station(loaded, simulated))
         where = (
             f"a SIMULATED station of its own ({simulated}, home {home.root}); your engine is "
-            f"left as it is. Its jobs afterwards: GPUDESK_HOME={home.root} gpudesk history"
+            f"left as it is. Its jobs afterwards: GPUDESK_HOME={home.root} gpudesk history, "
+            f"once GPUDESK_HOME={home.root} gpudesk engine start has started it again (the "
+            "run stops it at its end)"
         )
     else:
         client = stack.enter_context(engine_client())

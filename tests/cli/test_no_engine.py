@@ -96,7 +96,7 @@ def test_a_read_of_the_engines_own_state_in_a_fresh_home_starts_none(
     assert done.stdout == ""
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"error: no engine is running for {home.root};"), line
-    assert "`gpudesk engine start` starts it" in line
+    assert f"`GPUDESK_HOME={home.root} gpudesk engine start` starts it" in line
     assert_no_engine(home)
 
 
@@ -122,8 +122,22 @@ def test_a_read_in_a_home_whose_engine_stopped_says_how_to_start_it(
         assert done.stdout == ""
         (line,) = done.stderr.splitlines()
         assert line.startswith(f"error: no engine is running for {home.root};"), line
-        assert "`gpudesk engine start` starts it" in line
+        # named as the command found it (GPUDESK_HOME): a bare `gpudesk engine start` would
+        # start the default home's engine, not this one's
+        assert f"`GPUDESK_HOME={home.root} gpudesk engine start` starts it" in line, line
         assert engine.pid is None and not engines_of(home)
+    # the default home, named by nothing: the bare command
+    env = {k: v for k, v in os.environ.items() if k not in ("GPUDESK_HOME", "XDG_STATE_HOME")}
+    env["HOME"] = str(home.root.parent / "user")
+    try:
+        assert gpudesk("submit", "--", "true", env=env).returncode == 0
+        assert gpudesk("engine", "stop", env=env).returncode == 0
+        done = gpudesk("history", env=env)
+        assert done.returncode == 3, done.stderr
+        bare = "only asks a running one and does not start it: `gpudesk engine start` starts it"
+        assert bare in done.stderr, done.stderr
+    finally:
+        gpudesk("engine", "stop", env=env)
     assert gpudesk("engine", "start").returncode == 0
     listed = json.loads(gpudesk("queue", "--all", "--json").stdout)["jobs"]
     assert [job["id"] for job in listed] == [job_id]

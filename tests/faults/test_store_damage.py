@@ -71,7 +71,10 @@ def test_a_lost_database_over_earlier_jobs_refuses_to_start(engine: EngineHandle
         asked = cli(*command)
         assert asked.returncode == 3, asked
         said = " ".join(asked.stderr.split())
-        assert "`gpudesk engine start` would not start one" in said, said
+        # the home as the command was given it (GPUDESK_HOME): a bare `gpudesk engine start`
+        # would start another home's engine
+        start = f"`GPUDESK_HOME={engine.home.root} gpudesk engine start` would not start one"
+        assert start in said, said
         assert f"the gpudesk database {engine.home.db} is {state}" in said, said
 
     # doing what it says starts afresh, the old folders kept aside
