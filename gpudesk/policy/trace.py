@@ -5,6 +5,7 @@ simulated station starts with (`parse_mig`).
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -156,6 +157,38 @@ _NULL_IS_ABSENT = frozenset(  # fields whose null means "not given", as their ab
     }
 )
 
+# What a job may give besides what it must: read by the replay, or (the last five) kept for the
+# reader of the file alone, as the bundled traces give them (a training's dataset, batch size,
+# epochs, sweep and command). Any other key is a typo to say, not to ignore: `sm_pctt` would
+# have left the job at its class's share without a word.
+JOB_FIELDS = (
+    *REQUIRED_FIELDS,
+    *("id", "gpus", "priority", "class", "task", "model", "sm_pct", "membw_pct"),
+    *("hint_sm_pct", "preemptible", "checkpoint_s", "progress", "startup_s"),
+    *(f"estimate_{e}_mb" for e in GUESSING_ESTIMATORS),
+    *("dataset", "batch_size", "epochs", "sweep", "command"),
+)
+TRACE_FIELDS = ("jobs", "name", "station", "source")  # `source`: where the trace came from
+
+
+def _unknown_field(raw: Mapping[str, Any], known: tuple[str, ...]) -> str | None:
+    """The first key of `raw` that is none of `known`, said with the field it is closest to."""
+    for key in raw:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"the fields are: {', '.join(known)}"
+            return f"{quoted(str(key))} is not a trace field; {hint}"
+    return None
+
+
+def _job_class(value: Any) -> str:
+    """A job's `class`: one of SM_BY_CLASS's, which stands for an SM share where the job gives
+    none (an unknown one, "Heavy" or "ultra", would have taken a share no one chose)."""
+    cls = _text(value)
+    if cls not in SM_BY_CLASS:
+        raise ValueError(f"expected one of {', '.join(SM_BY_CLASS)}, found {quoted(cls)}")
+    return cls
+
 
 def _field(raw: Mapping[str, Any], key: str, check: Callable[[Any], _T], default: Any) -> _T:
     """`raw[key]` as `check` takes it, else `default` where it is not given (a field in
@@ -220,6 +253,8 @@ def load_trace(path: str | Path) -> Trace:
         raise TraceError(str(exc)) from None
     if not isinstance(data, dict) or not isinstance(data.get("jobs"), list) or not data["jobs"]:
         raise TraceError(f'{path}: expected an object with a non-empty "jobs" list')
+    if unknown := _unknown_field(data, TRACE_FIELDS):
+        raise TraceError(f"{path}: {unknown}")
     try:
         name = _field(data, "name", check_name, Path(path).stem)
         station = _field(data, "station", _station_name, "")
@@ -235,6 +270,8 @@ def load_trace(path: str | Path) -> Trace:
             job_id = _field(raw, "id", CHECK_TRACE_ID, i + 1)
             if "id" in raw:
                 where += f" (id {job_id})"
+            if unknown := _unknown_field(raw, JOB_FIELDS):
+                raise _BadField(unknown)
             jobs.append(_job(raw, i, job_id))
         except _BadField as exc:
             raise TraceError(f"{where}: {exc}") from None
@@ -249,12 +286,12 @@ def load_trace(path: str | Path) -> Trace:
 
 def _job(raw: Mapping[str, Any], i: int, job_id: int) -> TraceJob:
     """One job of a trace, each field checked (raises _BadField)."""
-    cls = _field(raw, "class", _text, "medium")
+    cls = _field(raw, "class", _job_class, "medium")
     model = _field(raw, "model", _text, "")
     task = "" if raw.get("task") == "" else _field(raw, "task", check_name, "")
     sm_pct = _field(raw, "sm_pct", CHECK_TRACE_PERCENT, None)
     if sm_pct is None:  # the job's class's share (or its model's published one)
-        sm_pct = SM_BY_MODEL.get(model, SM_BY_CLASS.get(cls, 50.0))
+        sm_pct = SM_BY_MODEL.get(model, SM_BY_CLASS[cls])
     # (checked in this order: a job with several bad fields is told of the first)
     arrival_s = _number(raw, "arrival_s", CHECK_ARRIVAL_S)
     gpus = _field(raw, "gpus", CHECK_TRACE_GPUS, 1)

@@ -396,6 +396,10 @@ def test_a_job_that_died_sharing_is_retried_alone_not_lost_as_too_big(tmp_path: 
         ("estimate_horus_mb", "{}", "estimate_horus_mb: expected a number from 0 to 16777216"),
         ("preemptible", '"yes"', "preemptible: expected true or false, found 'yes' (string)"),
         ("class", "5", "class: expected a string, found 5 (integer)"),
+        # an unknown class was taken as 50 % SM, a typo'd field ignored: both without a word
+        ("class", '"ultra"', "class: expected one of light, medium, heavy, found 'ultra'"),
+        ("class", '"Heavy"', "class: expected one of light, medium, heavy, found 'Heavy'"),
+        ("sm_pctt", "90", "'sm_pctt' is not a trace field; did you mean sm_pct?"),
         ("task", "[1]", "task: expected a string, found [1] (array)"),
     ],
 )
@@ -408,6 +412,18 @@ def test_a_field_of_the_wrong_kind_is_named_with_the_value_as_written(
         load_trace(path)
     assert str(caught.value).startswith(f"{path}: jobs[1] (id 2): {words}")
     assert "\n" not in str(caught.value)
+
+
+def test_an_unknown_key_of_the_trace_is_said_and_the_readers_own_fields_are_kept(
+    tmp_path: Path,
+) -> None:
+    path = write_trace(tmp_path, [{"dataset": "imagenet", "batch_size": 32, "epochs": 2}])
+    assert load_trace(path).jobs[0].sm_pct == 10.0  # its class, light: the rest only kept
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "staton": "h100"}))
+    with pytest.raises(TraceError) as caught:
+        load_trace(path)
+    assert str(caught.value) == f"{path}: 'staton' is not a trace field; did you mean station?"
 
 
 @pytest.mark.parametrize(
