@@ -70,8 +70,9 @@ class Attempts:
         containment: Containment,  # the home's, held by the engine (`Containment.probe`)
         activity: EngineActivity | None = None,
         job_limits: Callable[[], JobLimits] = JobLimits,
+        station_group: int | None = None,  # a system engine's: its jobs' owners must be in it
     ) -> None:
-        self.home = home
+        self.home, self.station_group = home, station_group
         self.store = store
         self.queue = queue
         self.loaders = loaders
@@ -261,8 +262,9 @@ class Attempts:
         try:
             if not_prepared is not None:
                 raise not_prepared
+            spec, station = job.spec, self.station_group
             launched = runner.launch(
-                Path(attempt.dir), job.spec.command, job.spec.shell, workdir, env, contained, owner
+                Path(attempt.dir), spec.command, spec.shell, workdir, env, contained, owner, station
             )
         except (runner.LaunchError, ValueError) as exc:  # ValueError: argv or env the OS refuses
             self.containment.release(job.id, attempt.number)
