@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpudesk.text import is_text, quoted
+from gpudesk.text import file_kind, is_text, quoted
 
 # sun_path in sockaddr_un is 108 bytes on Linux: a longer socket path cannot be bound.
 _MAX_SOCKET_PATH = 100
@@ -83,10 +83,8 @@ def check_owner(root: Path) -> None:
     except NotADirectoryError:
         raise _not_a_folder(root) from None
     except PermissionError as exc:
-        raise HomeError(
-            f"cannot use the gpudesk home {root}: {exc.strerror}. Set GPUDESK_HOME to a folder "
-            "of your own."
-        ) from None
+        said = f"cannot use the gpudesk home {root}: {exc.strerror}."
+        raise HomeError(f"{said} Set GPUDESK_HOME to a folder of your own.") from None
     except OSError as exc:  # a path too long for the file system (ENAMETOOLONG)
         raise unwritable_state(root, exc) or exc from None
     if not stat.S_ISDIR(st.st_mode):
@@ -97,12 +95,26 @@ def check_owner(root: Path) -> None:
         default = default_home()
         elsewhere = f" (the default is {default})" if default != root else ""
         raise HomeError(
-            f"the gpudesk home {root} belongs to {user_name(owner)} (uid {owner}), and you are "
-            f"{user_name(me)} (uid {me}): each user keeps a home of their own, and an engine here "
-            "would mix your jobs with theirs or fail on their files. Set GPUDESK_HOME to a "
+            _station_state(root, st)
+            or f"the gpudesk home {root} belongs to {user_name(owner)} (uid {owner}), and you "
+            f"are {user_name(me)} (uid {me}): each user keeps a home of their own, and an engine "
+            "here would mix your jobs with theirs or fail on their files. Set GPUDESK_HOME to a "
             f"folder of your own{elsewhere}, or, if this home is yours, take it back: "
             f"`sudo chown -R {user_name(me)} {root}`."
         )
+
+
+def _station_state(root: Path, st: os.stat_result) -> str | None:
+    """What to say of a system engine's state folder (root's, 0711, with a database) named as a
+    home: never "take it back", which would hand the station to one member."""
+    if st.st_uid != 0 or not st.st_mode & 0o001 or not os.path.lexists(root / "gpudesk.db"):
+        return None
+    return (
+        f"{root} is the state folder of a shared station's engine (root's), not a gpudesk home: "
+        "its members talk to it through its socket. Unset GPUDESK_HOME, and set GPUDESK_SOCKET "
+        f"to the station's socket where it is not {SYSTEM_SOCKET} (its admin knows where); or "
+        "set GPUDESK_HOME to a folder of your own for a personal engine."
+    )
 
 
 def _check_not_made_for_another(root: Path) -> None:
@@ -202,23 +214,6 @@ def listens_at(path: Path) -> bool:
         return probe.connect_ex(str(path)) in (0, errno.EAGAIN)
 
 
-def file_kind(mode: int) -> str:
-    """What a file of `mode` is, in words ("a regular file", "a named pipe"): the one home of
-    that sentence part, for every message that says what stands where something else should."""
-    for test, kind in (
-        (stat.S_ISREG, "a regular file"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISFIFO, "a named pipe"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return kind
-    return "a special file"
-
-
 def _refuse(path: Path, problem: str, remedy: str) -> UnsafePath:
     return UnsafePath(
         f"{path} {problem}. gpudesk keeps its state and sockets only in folders and files that "
@@ -229,10 +224,9 @@ def _refuse(path: Path, problem: str, remedy: str) -> UnsafePath:
 
 
 def _link_target(path: Path) -> str:
-    try:
+    with contextlib.suppress(OSError):
         return os.readlink(path)
-    except OSError:
-        return "?"
+    return "?"
 
 
 def check_private(path: Path, st: os.stat_result, want_dir: bool, remedy: str) -> None:

@@ -33,6 +33,7 @@ import functools
 import json
 import math
 import re
+import stat
 import unicodedata
 from typing import Any
 
@@ -245,3 +246,20 @@ def _safe_tree(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_safe_tree(v) for v in value]
     return value
+
+
+def file_kind(mode: int) -> str:
+    """What a file of `mode` is, in words ("a regular file", "a named pipe"): the one home of
+    that sentence part, for every message that says what stands where something else should."""
+    for test, kind in (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return kind
+    return "a special file"

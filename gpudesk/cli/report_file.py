@@ -24,7 +24,8 @@ from typing import NoReturn
 
 from gpudesk.cli.common import fail
 from gpudesk.cli.exit_codes import EXIT_USAGE
-from gpudesk.paths import file_kind, too_long_text
+from gpudesk.paths import too_long_text
+from gpudesk.text import file_kind
 
 
 def _inside(path: str, folder: str) -> bool:

@@ -10,6 +10,7 @@ that user, as before.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import grp
 import os
@@ -19,7 +20,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from gpudesk.paths import known_user_name, user_name
+from gpudesk.paths import user_name
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,20 @@ class Identity:
 
     def named(self) -> Identity:
         """This identity with the name the user database gives its uid now (as a job's owner is
-        stored: a later check at its launch tells a deleted user's uid given to another)."""
-        return self if self.login is not None else replace(self, login=known_user_name(self.uid))
+        stored: a later check at its launch tells a deleted user's uid given to another). Asked
+        afresh, not of `known_user_name`, which remembers a uid it did not know for a minute: a
+        user made since would be stored nameless, her job open to her uid's next holder."""
+        if self.login is not None:
+            return self
+        with contextlib.suppress(KeyError):
+            return replace(self, login=pwd.getpwuid(self.uid).pw_name)
+        return self
 
     @property
     def name(self) -> str:
-        """The user's name, or the uid as text when the system has no name for it."""
-        return user_name(self.uid)
+        """The user's name: a job owner's as it was when she submitted it (her uid may name
+        someone else now), else the system's now; the uid as text where it has none."""
+        return self.login or user_name(self.uid)
 
     def in_group(self, gid: int) -> bool:
         return gid == self.gid or gid in self.groups
@@ -151,19 +159,24 @@ class OwnerGone(Exception):
     """A job's owner is not the user the system knows by her uid any more (`as_known_now`)."""
 
 
-def as_known_now(owner: Identity) -> Identity:
+def as_known_now(owner: Identity, station_group: int | None = None) -> Identity:
     """`owner` as the user database has it now, for a process started for her (a job, its
     --notify, a shared-loader producer): with the groups she was submitted with that she still
     holds (a group taken from her since is not given back). Raises OwnerGone where the uid has
     no user any more, now names another user than the one who submitted (a deleted user's uid
-    given to someone else), or her primary group is no longer hers: Slurm's slurmd refuses a job
-    of a user the host does not know, likewise."""
+    given to someone else), her primary group is no longer hers, or she is no longer in
+    `station_group` (a system engine's, for her job): Slurm's slurmd refuses a job of a user the
+    host does not know, likewise."""
     try:
         entry = pwd.getpwuid(owner.uid)
     except KeyError:
+        anew = None  # the name she was submitted under, on a user made anew since
+        with contextlib.suppress(KeyError):
+            anew = pwd.getpwnam(owner.login or "").pw_uid
         raise OwnerGone(
             f"its owner, {owner.login or 'uid'} (uid {owner.uid}), is no longer a user of "
-            "this system (the user database has no entry for the uid)"
+            "this system (the user database has no entry for the uid"
+            + (f"; the name {owner.login} is uid {anew}'s now, another user)" if anew else ")")
         ) from None
     if owner.login is not None and entry.pw_name != owner.login:
         raise OwnerGone(
@@ -175,5 +188,10 @@ def as_known_now(owner: Identity) -> Identity:
         raise OwnerGone(
             f"{entry.pw_name} (uid {owner.uid}) no longer holds the group it was submitted "
             f"with, gid {owner.gid}"
+        )
+    if station_group is not None and station_group not in holds:
+        raise OwnerGone(
+            f"{entry.pw_name} (uid {owner.uid}) is no longer a member of "
+            f"{group_name(station_group)}, and the station serves its members only"
         )
     return Identity.of(owner.uid, owner.gid, [g for g in owner.groups if g in holds], owner.login)

@@ -21,8 +21,7 @@ from gpudesk.core.submit_options import (
     SUBMIT_OPTION_FIELDS,
 )
 from gpudesk.core.tracking_spec import TrackingSpec, check_tracking
-from gpudesk.paths import file_kind
-from gpudesk.text import is_os_text, safe_text
+from gpudesk.text import file_kind, is_os_text, safe_text
 
 NumberCheck = Callable[[Any], "float | None"]  # number_in's: None where optional and not given
 MAX_ARGS = 4096

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gpudesk import diskspace
+from gpudesk.core.job_variables import with_job_variables
 from gpudesk.core.jobs import DEFAULT_CANCEL_GRACE_S, JobState
 from gpudesk.core.records import AttemptRecord, JobRecord
 from gpudesk.engine import attempt_recovery, faults
@@ -69,8 +70,9 @@ class Attempts:
         containment: Containment,  # the home's, held by the engine (`Containment.probe`)
         activity: EngineActivity | None = None,
         job_limits: Callable[[], JobLimits] = JobLimits,
+        station_group: int | None = None,  # a system engine's: its jobs' owners must be in it
     ) -> None:
-        self.home = home
+        self.home, self.station_group = home, station_group
         self.store = store
         self.queue = queue
         self.loaders = loaders
@@ -189,23 +191,8 @@ class Attempts:
         for key, value in placement.env_defaults.items():
             env.setdefault(key, value)
         env.update(placement.env)
-        env.update(
-            {
-                "GPUDESK_HOME": str(self.home.root),
-                "GPUDESK_JOB_ID": str(job.id),
-                "GPUDESK_JOB_NAME": job.name,
-                "GPUDESK_ATTEMPT": str(attempt.number),
-            }
-        )
-        if job.spec.preemptible:  # what it must catch, and how long it has (preempting.py)
-            env["GPUDESK_PREEMPT_SIGNAL"] = job.spec.preempt_signal
-            env["GPUDESK_PREEMPT_GRACE_S"] = f"{job.spec.preempt_grace_s:g}"
-        if job.spec.array_task is not None:  # sbatch's SLURM_ARRAY_JOB_ID / _TASK_ID
-            env["GPUDESK_ARRAY_JOB_ID"] = str(job.spec.array_job or job.id)
-            env["GPUDESK_ARRAY_TASK_ID"] = str(job.spec.array_task)
-        if job.preemptions:  # it resumes: its checkpoint is where it left it
-            env.update({"GPUDESK_PREEMPTED": "1", "GPUDESK_PREEMPTIONS": str(job.preemptions)})
-        return env
+        home = self.home
+        return with_job_variables(env, job, attempt.number, home.root, home.system_socket)
 
     def _loader_env(self, job: JobRecord, placement: Placement) -> dict[str, str]:
         served = self.loaders.loader_for(job.spec.dataset, job.spec.selection)
@@ -275,8 +262,9 @@ class Attempts:
         try:
             if not_prepared is not None:
                 raise not_prepared
+            spec, station = job.spec, self.station_group
             launched = runner.launch(
-                Path(attempt.dir), job.spec.command, job.spec.shell, workdir, env, contained, owner
+                Path(attempt.dir), spec.command, spec.shell, workdir, env, contained, owner, station
             )
         except (runner.LaunchError, ValueError) as exc:  # ValueError: argv or env the OS refuses
             self.containment.release(job.id, attempt.number)

@@ -39,7 +39,8 @@ from gpudesk.core import protocol
 from gpudesk.core.identity import Caller, peer_caller
 from gpudesk.engine.offloop import Pending
 from gpudesk.env_seconds import env_seconds
-from gpudesk.paths import file_kind, listens_at
+from gpudesk.paths import listens_at
+from gpudesk.text import file_kind
 from gpudesk.units import byte_size
 
 log = logging.getLogger("gpudesk.engine")

@@ -187,6 +187,7 @@ class Engine:
                 self.station.config.job_memory_max_gb,
                 DEFAULT_JOB_MEMORY_FRACTION,
             ),
+            self.control.access.group,
         )
         self.learning = StationLearning(store, self.attempts, self.telemetry)
         self.logcap = LogCap(

@@ -171,11 +171,11 @@ def run_as(owner: Identity) -> Identity | None:
     return owner
 
 
-def entitled(owner: Identity) -> Identity:
-    """`owner` as the user database has it now (core.identity.as_known_now), or LaunchError
-    saying why the job is not run."""
+def entitled(owner: Identity, station_group: int | None = None) -> Identity:
+    """`owner` as the user database has it now, still in `station_group` where one is given
+    (core.identity.as_known_now), or LaunchError saying why the job is not run."""
     try:
-        return as_known_now(owner)
+        return as_known_now(owner, station_group)
     except OwnerGone as exc:
         raise LaunchError(f"{exc}: it is not run") from None
 
@@ -278,13 +278,15 @@ def launch(
     env: dict[str, str],
     containment: str,
     owner: Identity | None = None,
+    station_group: int | None = None,
 ) -> Launched:
     """Start the wrapper for one attempt (its folder `prepare`d); the caller must reap it
     (`reap`). `containment` is the attempt's cgroup for the wrapper to join, or why there is
     none (`containment.Containment.prepare`). `owner`: the identity to run the command as,
-    where it is not the engine's (a system engine's job; `run_as`)."""
+    where it is not the engine's (a system engine's job; `run_as`), who must still be a member
+    of `station_group` (the system engine's) where one is given."""
     if owner is not None:
-        owner = entitled(owner)
+        owner = entitled(owner, station_group)
     problem = workdir_problem(workdir) if owner is None else None
     if problem is not None:
         # (a job run as its owner learns this in the wrapper, as its owner: whether root can

@@ -19,11 +19,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
 from station_fixture import Station, make_station
 
-# What ada's job tries in its own attempt folder (GPUDESK_HOME/jobs/ID/N, from its
-# environment): every way of making the engine believe another ending, or of planting a file
-# root would open. Each line that succeeds says so.
+# What ada's job tries in its own attempt folder ($STATE/jobs/ID/N: the station's state folder,
+# no secret, given by the test; the ids from its environment): every way of making the engine
+# believe another ending, or of planting a file root would open. Each line that succeeds says so.
 TAMPER = r"""
-d="$GPUDESK_HOME/jobs/$GPUDESK_JOB_ID/$GPUDESK_ATTEMPT"
+d="$STATE/jobs/$GPUDESK_JOB_ID/$GPUDESK_ATTEMPT"
 exec 2>/dev/null  # only what succeeds is said
 [ -d "$d" ] && echo found-folder
 for record in exit.json wrapper.json; do
@@ -45,7 +45,9 @@ def station() -> Iterator[Station]:
 
 def test_a_job_cannot_rewrite_or_plant_the_records_root_reads(station: Station) -> None:
     job = {"name": "tamper", "command": ["sh", "-c", TAMPER], "workdir": "/", "gpus": 0}
-    job_id = station.submit("ada", job)
+    job_id = station.submit(
+        "ada", job, env={"PATH": "/usr/bin:/bin", "STATE": str(station.state_dir)}
+    )
     done = station.wait_state(job_id, "succeeded", "failed")
     log = Path(done["log"])
     said = log.read_text().split()

@@ -169,10 +169,9 @@ class LoaderSupervisor:
         started = producer is not None and self._alive(producer)
         if self.home.is_system and dataset not in self.failed and not started:
             return {}  # not started (no owner but root): its job loads the data itself
-        env = {ENV_RESUME_S: str(RESUME_S), ENV_DATASET: dataset}
-        if self.home.system_socket is not None:  # its consumer finds the station's loaders
-            env["GPUDESK_SOCKET"] = str(self.home.system_socket)
-        return env
+        # (a station's job finds the station's loaders by the GPUDESK_SOCKET every job of it
+        # gets: core.job_variables)
+        return {ENV_RESUME_S: str(RESUME_S), ENV_DATASET: dataset}
 
     # -------------------------------------------------------------- producers
     def _info(self, name: str) -> dict[str, Any] | None:
