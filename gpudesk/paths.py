@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudesk.secure_path import file_kind, insecure_step
 from gpudesk.text import is_text, quoted
 
 # sun_path in sockaddr_un is 108 bytes on Linux: a longer socket path cannot be bound.
@@ -202,23 +203,6 @@ def listens_at(path: Path) -> bool:
         return probe.connect_ex(str(path)) in (0, errno.EAGAIN)
 
 
-def file_kind(mode: int) -> str:
-    """What a file of `mode` is, in words ("a regular file", "a named pipe"): the one home of
-    that sentence part, for every message that says what stands where something else should."""
-    for test, kind in (
-        (stat.S_ISREG, "a regular file"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISFIFO, "a named pipe"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return kind
-    return "a special file"
-
-
 def _refuse(path: Path, problem: str, remedy: str) -> UnsafePath:
     return UnsafePath(
         f"{path} {problem}. gpudesk keeps its state and sockets only in folders and files that "
@@ -364,6 +348,18 @@ def station_dir(path: Path, group: int | None) -> Path:
     finally:
         os.close(fd)
     return path
+
+
+def _insecure(folder: Path, problem: str, state: bool) -> UnsafePath:
+    """A system engine's state folder (else its socket's) on a path a member could change."""
+    what, option = ("state", "--state-dir") if state else ("socket", "--socket")
+    return UnsafePath(
+        f"the system engine's {what} folder {folder} {problem}: whoever owns or may write a "
+        "folder on the way can move what is in it aside and put a link there, and root would "
+        "make the engine's folders and files where it points. Nothing was changed. Name with "
+        f"{option} a path whose every folder is root's and writable by root alone (in a sticky "
+        f"folder such as /tmp, the next folder root's), as the default {what} folder is."
+    )
 
 
 def check_station_dir(path: Path) -> Path:
@@ -638,6 +634,10 @@ class Home:
             raise _not_a_folder(self.root, system=True) from None
         except FileNotFoundError:
             pass
+        for make in (False, True):  # both checked before either is made
+            for folder, state in ((self.root, True), (self.socket_dir, False)):
+                if problem := insecure_step(folder, _owner, make):
+                    raise _insecure(folder, problem, state)
         private_dir(self.root, self._home_remedy)
         # Owners reach their own jobs' logs under jobs/ (the files are theirs and private);
         # nothing else in the state dir is readable to them.
