@@ -12,11 +12,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from local_users import LocalAccounts, local_accounts
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
+from station_fixture import Station, make_station
 
 from gpudesk.engine.startup import EXIT_BAD_HOME
 from gpudesk.paths import user_name
@@ -168,3 +172,36 @@ def test_a_root_path_under_the_sticky_tmp_starts_and_the_folders_made_are_reacha
     assert os.stat(state_dir).st_mode & 0o7777 == 0o711
     info = os.stat(socket.parent)
     assert (info.st_gid, info.st_mode & 0o7777) == (accounts.groups["station"], 0o750)
+
+
+@pytest.fixture
+def station() -> Iterator[Station]:
+    yield from make_station()
+
+
+def test_a_running_engine_makes_nothing_through_a_folder_a_member_was_later_let_write(
+    station: Station,
+) -> None:
+    """The start check holds only while the folders on the way stay as they were: an admin who
+    later lets the members write one (here the state folder's parent) must not let a member's
+    link take root's writes. Root checks the way again before each job's folders and each
+    put-back, and writes the database back only into the folder it put back."""
+    top = station.state_dir.parent
+    os.chmod(top, 0o777)
+    target = Path(tempfile.mkdtemp(prefix="gdsp-target-", dir="/tmp"))
+    try:
+        mine = station.state_dir
+        station.run_as("ada", "mv", str(mine), f"{mine}.old").check_returncode()
+        station.run_as("ada", "mkdir", str(mine)).check_returncode()
+        station.run_as("ada", "ln", "-s", str(target), str(mine / "jobs")).check_returncode()
+        job = {"name": "planted", "command": ["echo", "planted"], "workdir": "/", "gpus": 0}
+        job_id = station.submit("ada", job)
+        failed = station.wait_state(job_id, "failed")
+        said = station.ok(None, "show", job=job_id)["attempts"][0]["reason"]
+        assert f"lies under {top}, which others than its owner may write" in said, failed
+        time.sleep(2.5)  # the engine's looks at its folder, once a second
+        assert list(target.iterdir()) == []
+        assert sorted(os.listdir(mine)) == ["jobs"]  # no database, lock or log of root's
+        assert "lies under" in station.log.read_text()  # the put-back, refused, says why
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
