@@ -24,6 +24,7 @@ LOOK_EVERY_S = 1.0  # how often `keep` looks (a stat), as the database's own wat
 # (a link planted in the folder's place stays until someone moves it).
 KEEP_RETRY_S = (1.0, 60.0)
 EXIT_ALREADY_RUNNING = 3  # the daemon's exit status when another engine runs its home
+EXIT_BAD_HOME = 4  # the home's state cannot be used as it is: the log says why and what to do
 # How long a client that started an engine waits, once that one said another runs the home, for
 # the other to answer: one whose state folder went puts it back at its next look (once a
 # second). Assumption: three seconds, for a loaded machine.

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpudesk.secure_path import insecure_step, insecure_text
 from gpudesk.text import file_kind, is_text, quoted
 
 # sun_path in sockaddr_un is 108 bytes on Linux: a longer socket path cannot be bound.
@@ -632,6 +633,10 @@ class Home:
             raise _not_a_folder(self.root, system=True) from None
         except FileNotFoundError:
             pass
+        for make in (False, True):  # both checked before either is made
+            for folder, state in ((self.root, True), (self.socket_dir, False)):
+                if problem := insecure_step(folder, _owner, make):
+                    raise UnsafePath(insecure_text(folder, problem, state))
         private_dir(self.root, self._home_remedy)
         # Owners reach their own jobs' logs under jobs/ (the files are theirs and private);
         # nothing else in the state dir is readable to them.

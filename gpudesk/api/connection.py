@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.core import protocol
-from gpudesk.home_lock import EXIT_ALREADY_RUNNING, PUT_BACK_WAIT_S, holder
+from gpudesk.home_lock import EXIT_ALREADY_RUNNING, EXIT_BAD_HOME, PUT_BACK_WAIT_S, holder
 from gpudesk.paths import (
     SYSTEM_SOCKET,
     Home,
@@ -64,6 +64,16 @@ def _system_engine_pid(home: Home) -> int | None:
             return int(probe.request("ping")["pid"])
     except (EngineNotListening, EngineClosed):  # none runs, or it is stopping
         return None
+
+
+class EngineNotStarted(EngineError):
+    """The engine `start_engine` started refused to start (or was refused before it ran):
+    `status` is the daemon's exit status, which `engine start --system` exits with as the
+    daemon would (home_lock.EXIT_ALREADY_RUNNING, EXIT_BAD_HOME, …)."""
+
+    def __init__(self, message: str, status: int, code: str = "unavailable") -> None:
+        super().__init__(message, code)
+        self.status = status
 
 
 class EngineNotListening(EngineError):
@@ -147,7 +157,7 @@ def start_engine(
         home.ensure()
         log = open_state_file(home.engine_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     except HomeError as exc:  # a link or someone else's; a system engine without root
-        raise EngineError(str(exc)) from None
+        raise EngineNotStarted(str(exc), EXIT_BAD_HOME) from None
     offset = os.lseek(log, 0, os.SEEK_END)  # what this engine logs starts here
     try:
         process = subprocess.Popen(
@@ -180,16 +190,18 @@ def start_engine(
                         continue
                 if process.returncode == diskspace.EXIT_DISK_FULL:
                     # engine.log could not take the engine's words: say them here instead
-                    raise EngineError(diskspace.start_text(home.root))
+                    raise EngineNotStarted(diskspace.start_text(home.root), process.returncode)
                 refused = _start_failure(home, offset)
                 if refused:
                     # the daemon's exit 2 is bad arguments (an unknown --group): the command's
                     # exit 2 too, as for any bad input; the rest are failures (exit 1)
                     bad_input = "invalid_args" if process.returncode == 2 else "unavailable"
-                    raise EngineError(f"the engine did not start: {refused}", bad_input)
-                raise EngineError(
+                    said = f"the engine did not start: {refused}"
+                    raise EngineNotStarted(said, process.returncode, bad_input)
+                raise EngineNotStarted(
                     f"the engine did not start (exit {process.returncode}); "
-                    f"the end of {home.engine_log}:\n{_log_tail(home)}"
+                    f"the end of {home.engine_log}:\n{_log_tail(home)}",
+                    process.returncode,
                 )
             time.sleep(0.02)
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -85,27 +86,19 @@ def engine_start(
 ) -> None:
     """Start the engine for this GPUDESK_HOME (one per home), or with --system the station's
     engine for a whole group."""
-    from gpudesk.api.connection import daemon_args, engine_pid, start_engine
+    from gpudesk.api.connection import EngineNotStarted, daemon_args, start_engine
     from gpudesk.paths import Home
 
     if system:
         home = Home.system(socket, state_dir)
         system_args = ("--group", group) + (("--admin-group", admin_group) if admin_group else ())
+        if os.geteuid() == 0:  # else it is told first that a system engine is root's (exit 1)
+            _check_groups(group, admin_group)
     else:
         home = current_home()
         system_args = ()
-        if home.is_system:
-            fail(
-                f"this shell talks to {home.description} (GPUDESK_SOCKET, or the station's "
-                "socket exists): start it with `sudo gpudesk engine start --system`, or set "
-                "GPUDESK_HOME to start a personal engine"
-            )
     station, keys = _station_from_options(slots, policy, backend)
-    pid = engine_pid(home)
-    if pid is not None:
-        if foreground:
-            fail(f"{home.description} is already running (pid {pid})")
-        _already_running(home, pid, station, keys)
+    if _runs_already(home, system, foreground, group, station, keys):
         return
     if foreground:
         import logging
@@ -119,10 +112,102 @@ def engine_start(
         )
         requested = {key: getattr(station, key) for key in keys}
         raise typer.Exit(daemon.serve(home, requested))
-    pid = start_engine(home, station, system_args=system_args, keys=keys)
+    try:
+        pid = start_engine(home, station, system_args=system_args, keys=keys)
+    except EngineNotStarted as exc:
+        if not system or os.geteuid() != 0:
+            raise
+        # the daemon's exit status, as the service (and docs/shared-station.md) knows it
+        fail(str(exc), exc.status)
     already_done(f"the engine was started all the same (pid {pid}): gpudesk engine status shows it")
     # the home's path spelled out (GPUDESK_HOME may hold an ESC), as in every line here
     print(printable_line(f"engine started (pid {pid}): {home.description}"))
+
+
+def _runs_already(
+    home: Home,
+    system: bool,
+    foreground: bool,
+    group: str,
+    station: StationConfig | None,
+    keys: tuple[str, ...],
+) -> bool:
+    """True where the engine `engine start` names runs already (said so, or failed where it is
+    not the one asked for); fails where a member's shell names the station's, which is down
+    (root starts it)."""
+    from gpudesk.api.connection import engine_pid
+
+    pid = engine_pid(home)
+    if pid is not None:
+        if foreground:
+            fail(f"{home.description} is already running (pid {pid})", _running_exit(system))
+        if system:
+            _same_station(home, pid, group)
+        _already_running(home, pid, station, keys)
+        return True
+    if home.is_system and not system:
+        fail(
+            f"this shell talks to {home.description} (GPUDESK_SOCKET, or the station's "
+            "socket exists), which is not running: start it with `sudo gpudesk engine start "
+            "--system`, or set GPUDESK_HOME to start a personal engine"
+        )
+    return False
+
+
+def _running_exit(system: bool) -> int:
+    """`engine start`'s exit where an engine runs and this start cannot be it: the daemon's
+    "another engine runs there" for a system engine, else a failure."""
+    from gpudesk.home_lock import EXIT_ALREADY_RUNNING
+
+    return EXIT_ALREADY_RUNNING if system else EXIT_FAILED
+
+
+def _check_groups(group: str, admin_group: str | None) -> None:
+    """A system engine's groups exist, else its daemon's bad-arguments words and exit 2, here
+    too where an engine already runs (which keeps its own group)."""
+    from gpudesk.core.identity import group_id, no_such_group
+
+    for option, name in (("--group", group), ("--admin-group", admin_group)):
+        if name is not None and group_id(name) is None:
+            fail(no_such_group(option, name), EXIT_USAGE)
+
+
+def _same_station(home: Home, pid: int, group: str) -> None:
+    """`engine start --system` where an engine answers at the socket: nothing to do where it
+    is the station asked for (its state folder, and the group its socket's folder is given
+    to); else one paragraph and the daemon's exit 3, since a running engine keeps its own
+    settings and this start would change none of them."""
+    from gpudesk.core.identity import group_id
+
+    status = _ask_status(home, pid)
+    try:
+        given_to = os.stat(home.socket_dir).st_gid
+    except OSError:
+        given_to = None
+    asked = group_id(group)
+    differ = []
+    if Path(status.home) != home.root:
+        differ.append(f"its state folder is {status.home}, not {home.root}")
+    if given_to is not None and given_to != asked:
+        differ.append(f"it serves the group {_group_name(given_to)}, not {group}")
+    if differ:
+        fail(
+            f"{home.description} is already running (pid {pid}), and {'; '.join(differ)}: a "
+            "running engine keeps its own settings, and this start changed nothing. Stop it "
+            "first (`sudo systemctl stop gpudesk`, or `sudo GPUDESK_SOCKET="
+            f"{home.control_socket} gpudesk engine stop`) to start the station asked for, or "
+            "give this one a --socket of its own.",
+            _running_exit(True),
+        )
+
+
+def _group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 def _already_running(
@@ -152,6 +237,9 @@ def _already_running(
                 f"{home.description} is already running (pid {pid}), with {has}: starting it "
                 f"changes nothing on a running engine; `gpudesk engine set {wanted}` does"
             )
+    if home.is_system:  # a member's start too: the station's engine runs, there is none to start
+        print(printable_line(f"{home.description} is already running (pid {pid})"))
+        return
     print(printable_line(f"engine already running (pid {pid}): {home.description}"))
 
 
@@ -406,6 +494,7 @@ def engine_print_unit(
     # exists and root alone where not, as `engine start --system` does (a unit naming a missing
     # group exited 2, which its RestartPreventExitStatus left down).
     system_args = ("--group", group) + (("--admin-group", admin_group) if admin_group else ())
-    sys.stdout.write(
-        unit_text(module_argv("gpudesk.engine.daemon", *daemon_args(home, None, system_args)))
-    )
+    argv = module_argv("gpudesk.engine.daemon", *daemon_args(home, None, system_args))
+    defaults = Home.system()
+    state, runtime = home.root == defaults.root, home.socket_dir == defaults.socket_dir
+    sys.stdout.write(unit_text(argv, state_dir=state, runtime_dir=runtime))

@@ -26,6 +26,14 @@ def systemd_word(word: str) -> str:
     return '"' + word.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def unit_text(argv: Sequence[str]) -> str:
-    """The unit whose ExecStart runs `argv`."""
-    return unit_template().replace(EXEC_START, " ".join(systemd_word(w) for w in argv))
+def unit_text(argv: Sequence[str], state_dir: bool = True, runtime_dir: bool = True) -> str:
+    """The unit whose ExecStart runs `argv`; with systemd's StateDirectory= (/var/lib/gpudesk)
+    only where `state_dir`, and its RuntimeDirectory= (/run/gpudesk) only where `runtime_dir`:
+    the engine's folders are the defaults. Either folder there makes every client take the
+    host for a station at the default socket (docs/shared-station.md), so a unit for other
+    paths makes neither, and the engine makes its own (Home.ensure)."""
+    left_out: tuple[str, ...] = () if state_dir else ("StateDirectory=",)
+    left_out += () if runtime_dir else ("RuntimeDirectory=", "RuntimeDirectoryPreserve=")
+    lines = unit_template().splitlines(keepends=True)
+    text = "".join(line for line in lines if not line.startswith(left_out))
+    return text.replace(EXEC_START, " ".join(systemd_word(w) for w in argv))

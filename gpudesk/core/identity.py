@@ -97,6 +97,18 @@ def group_id(name: str) -> int | None:
     return _number_of(name, lambda n: grp.getgrnam(n).gr_gid)
 
 
+def no_such_group(option: str, name: str) -> str:
+    """What a system engine (and `engine start --system`) says of a --group or --admin-group
+    that names no group: its bad-arguments paragraph."""
+    if option != "--group":
+        return f"{option} {name}: there is no such group on this system"
+    return (
+        f"--group {name}: there is no such group on this system. A system engine serves the "
+        f"members of one group: create it (`sudo groupadd {name}`) and add the station's users "
+        f"(`sudo usermod -aG {name} USER`), or name another with --group."
+    )
+
+
 # the largest uid or gid: id_t is 32 bits, and its all-ones value is (uid_t)-1, "no id"
 MAX_ID = 2**32 - 2
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from gpudesk import __version__, diskspace, joblog
 from gpudesk.core.datasets import DatasetSpec
-from gpudesk.core.identity import Caller, group_id
+from gpudesk.core.identity import Caller, group_id, no_such_group
 from gpudesk.core.station import DEFAULT_JOB_MEMORY_FRACTION, StationConfig, host_cores
 from gpudesk.core.wire.telemetry import Snapshot
 from gpudesk.engine.activity import EngineActivity
@@ -569,14 +569,7 @@ def _station_group(args: argparse.Namespace) -> int | None:
         return None
     gid = group_id(args.group)
     if gid is None:
-        log.error(
-            "--group %s: there is no such group on this system. A system engine serves the "
-            "members of one group: create it (`sudo groupadd %s`) and add the station's "
-            "users (`sudo usermod -aG %s USER`), or name another with --group.",
-            args.group,
-            args.group,
-            args.group,
-        )
+        log.error("%s", no_such_group("--group", args.group))
         raise BadArguments
     return gid
 
@@ -589,7 +582,7 @@ def _access(args: argparse.Namespace) -> Access | None:
         return None
     gid = group_id(admin_group)
     if gid is None and args.admin_group:
-        log.error("--admin-group %s: there is no such group on this system", admin_group)
+        log.error("%s", no_such_group("--admin-group", admin_group))
         raise BadArguments
     if gid is None:
         log.warning(

@@ -39,7 +39,7 @@ class HomeKeeper:
                 self._put_back()
         except (AlreadyRunning, HomeError, OSError, CannotListen, runner.LaunchError) as exc:
             log.error("the state folder %s went while the engine ran: %s", self.home.root, exc)
-        return self.store.keep_in_place()  # the database, written back from the open copy
+        return self.store.keep_in_place(self.lock.in_place)  # the database, from the open copy
 
     def _put_back(self) -> None:
         if self.engine_log is not None:  # it went with the folder

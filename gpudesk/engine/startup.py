@@ -19,12 +19,11 @@ from gpudesk.core.station import StationConfig
 from gpudesk.engine.store.damage import damaged_text
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import IncompatibleStore, StoreError
+from gpudesk.home_lock import EXIT_BAD_HOME
 from gpudesk.paths import Home, HomeError
 from gpudesk.sqlite_file import is_damage
 
 log = logging.getLogger("gpudesk.engine")
-
-EXIT_BAD_HOME = 4  # the home's state cannot be used as it is: the log says why and what to do
 
 
 def initial_config(store: Store, requested: Mapping[str, Any] | None) -> StationConfig:

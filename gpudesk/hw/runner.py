@@ -27,11 +27,12 @@ from pathlib import Path
 
 import psutil
 
-from gpudesk import trust
+from gpudesk import paths, trust
 from gpudesk.core.identity import Identity, OwnerGone, as_known_now
 from gpudesk.core.jobs import workdir_problem
 from gpudesk.hw import wrapper
 from gpudesk.hw.hostmetrics import group_processes
+from gpudesk.secure_path import insecure_step
 
 WRAPPER_PATH = Path(wrapper.__file__).resolve()
 EXIT_FILE = "exit.json"
@@ -122,6 +123,13 @@ def prepare(attempt_dir: Path, *, private: bool = False) -> None:
     `private`: the job runs as its owner (`run_as`): the job's folder and the attempt's stay the
     engine's, PRIVATE_DIR_MODE (no one else lists them; only the log inside is the owner's, see
     `_create_owned_log`). Raises LaunchError, with `no_space` set when the disk is full."""
+    # For another user's job, root makes nothing through a path a member could change (a state
+    # folder whose parent an admin later let her write; the put-back of a removed one): every
+    # folder on the way checked as the engine's start checks them (gpudesk.secure_path), each
+    # time, since a few lstat calls cost nothing beside starting a job.
+    problem = insecure_step(attempt_dir, paths.user_name) if private else None
+    if problem is not None:
+        raise LaunchError(f"the attempt folder {attempt_dir} {problem}: root makes nothing there")
     try:
         attempt_dir.mkdir(parents=True, exist_ok=True)
         if private:

@@ -80,3 +80,19 @@ def test_a_word_systemd_would_split_or_expand_is_quoted() -> None:
     assert systemd_word("/opt/my envs/python") == '"/opt/my envs/python"'
     assert systemd_word("/srv/100%/$HOME") == "/srv/100%%/$$HOME"
     assert systemd_word('a"b\\c') == '"a\\"b\\\\c"'
+
+
+def test_the_default_folders_are_made_by_systemd_only_for_the_default_paths(gpudesk: Run) -> None:
+    """/var/lib/gpudesk or /run/gpudesk makes every client take the host for a station at the
+    default socket: a unit for other paths must not make them (the engine makes its own)."""
+    made = ("StateDirectory", "RuntimeDirectory", "RuntimeDirectoryPreserve")
+    code, out, _ = gpudesk("engine", "print-unit")
+    assert code == 0 and all(key in keys(out) for key in made)
+    code, out, _ = gpudesk("engine", "print-unit", "--state-dir", "/srv/gd", "--socket", "/srv/r/s")
+    assert code == 0 and not any(key in keys(out) for key in made)
+    code, out, _ = gpudesk("engine", "print-unit", "--state-dir", "/srv/gd")
+    assert code == 0 and "StateDirectory" not in keys(out)
+    assert keys(out)["RuntimeDirectory"] == ["gpudesk"]
+    code, out, _ = gpudesk("engine", "print-unit", "--socket", "/srv/r/s")
+    assert code == 0 and "RuntimeDirectory" not in keys(out)
+    assert keys(out)["StateDirectory"] == ["gpudesk"]

@@ -12,7 +12,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -59,13 +59,15 @@ class StoreConnection:
             raise StoreError(f"cannot open the gpudesk database {path}: {exc}") from exc
         return store
 
-    def keep_in_place(self) -> bool:
+    def keep_in_place(self, folder_kept: Callable[[], bool]) -> bool:
         """Make sure the engine's writes reach the file a later engine reads (sqlite_file says
         how they could not). A database removed is written back from this open copy, used from
         then on. One replaced (a backup moved into its place) is left to the next engine: this
-        copy is saved beside it as the store closes, and True says the engine must stop."""
+        copy is saved beside it as the store closes, and True says the engine must stop.
+        `folder_kept`: whether the folder at the path is the engine's (home_keeper puts one back
+        first; one made meanwhile in its place may be a member's, and gets nothing)."""
         moved = self._watch.moved()
-        if moved is None or not self.path.parent.is_dir():  # the folder is home_keeper's first
+        if moved is None or not folder_kept():
             return False
         said = f"the gpudesk database {self.path} was {moved} while the engine ran"
         if moved == "replaced":
