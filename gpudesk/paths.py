@@ -90,8 +90,9 @@ def check_owner(root: Path) -> None:
         raise unwritable_state(root, exc) or exc from None
     if not stat.S_ISDIR(st.st_mode):
         raise _not_a_folder(root)
-    owner = st.st_uid
-    me = os.geteuid()
+    owner, me = st.st_uid, os.geteuid()
+    if owner != me and me == 0:  # `sudo -E` kept her HOME: her home, never "chown" it to root
+        _check_not_made_for_another(root)
     if owner != me:
         default = default_home()
         elsewhere = f" (the default is {default})" if default != root else ""
@@ -119,7 +120,7 @@ def _station_state(root: Path, st: os.stat_result) -> str | None:
 
 
 def _check_not_made_for_another(root: Path) -> None:
-    """Root must not make its home inside another user's folder: `sudo -E` (or a sudoers
+    """Root must not make or use a home inside another user's folder: `sudo -E` (or a sudoers
     env_keep) leaves HOME naming the user's, and root-owned folders there break her own
     gpudesk, `pip --user` and every program that writes under ~/.local."""
     if os.geteuid() != 0:
@@ -133,7 +134,7 @@ def _check_not_made_for_another(root: Path) -> None:
             continue
         if owner != 0:
             raise HomeError(
-                f"you are root, and the gpudesk home {root} would be made inside {folder}, "
+                f"you are root, and the gpudesk home {root} lies inside {folder}, "
                 f"which belongs to {user_name(owner)} (uid {owner}): root's folders there would "
                 "be in that user's way. This happens where sudo keeps HOME (`sudo -E`): run it "
                 "with `sudo -H` or as root's own login, or set GPUDESK_HOME to a folder of root's."

@@ -5,6 +5,7 @@ user's, named by mistake) and never a traceback; the file is left as it was."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -130,18 +131,32 @@ def test_root_makes_no_home_inside_another_users_folder(tmp_path: Path) -> None:
             continue  # on a station, no GPUDESK_HOME means the station's engine
         one_paragraph(
             gpudesk({**env, "XDG_STATE_HOME": ""}, "submit", "--", "true"),
-            f"you are root, and the gpudesk home {home} would be made inside {theirs}, which "
+            f"you are root, and the gpudesk home {home} lies inside {theirs}, which "
             "belongs to 54321 (uid 54321)",
             "`sudo -H`",
         )
         assert list(theirs.iterdir()) == []
+    # her gpudesk home made already (hers): the same, never "take it back: sudo chown -R root"
+    made = theirs / ".local" / "state" / "gpudesk"
+    made.mkdir(parents=True)
+    for folder in (made, *made.parents):
+        if folder == theirs:
+            break
+        os.chown(folder, 54321, 54321)
+    for env in ({"HOME": str(theirs)}, {"GPUDESK_HOME": str(made)}):
+        if "HOME" in env and system_socket_from_env() is not None:
+            continue
+        said = gpudesk({**env, "XDG_STATE_HOME": ""}, "queue")
+        one_paragraph(said, f"the gpudesk home {made} lies inside", "`sudo -H`")
+        assert "chown" not in said.stderr
+    shutil.rmtree(theirs / ".local")
     # a link of hers to a folder of root's is hers: root does not follow it (stat did)
     roots = tmp_path / "roots"
     roots.mkdir()
     os.symlink(roots, theirs / ".local")
     os.lchown(theirs / ".local", 54321, 54321)
     linked = gpudesk({"GPUDESK_HOME": str(home), "XDG_STATE_HOME": ""}, "submit", "--", "true")
-    one_paragraph(linked, f"would be made inside {theirs / '.local'}, which belongs to 54321")
+    one_paragraph(linked, f"lies inside {theirs / '.local'}, which belongs to 54321")
     assert list(roots.iterdir()) == []
 
 
