@@ -74,13 +74,16 @@ def test_a_members_wait_and_logs_f_go_on_across_an_engine_restart(
     that the station's engine is away, without the personal-engine advice, waits for it,
     and ends with the job's real status (5), the job having ended while no engine ran."""
     station, python = setup
+    first, first_gate = gated_job(station, "first", 0)
     job_id, gate = gated_job(station, "longw", 5)
-    wait = member(station, python, "wait", str(job_id))
+    wait = member(station, python, "wait", str(first), str(job_id))
     follow = member(station, python, "logs", "-f", str(job_id))
     try:
-        assert follow.stdout is not None and wait.stderr is not None and follow.stderr is not None
+        assert wait.stdout is not None and follow.stdout is not None
+        assert wait.stderr is not None and follow.stderr is not None
         assert follow.stdout.readline() == "started\n"
-        time.sleep(1.0)  # wait's first listing is in: it waits on the job
+        first_gate.touch()  # its end printed: `wait` is waiting, on the job that goes on
+        assert wait.stdout.readline().startswith(f"job {first} (first) succeeded")
         station.stop()
         for process in (wait, follow):
             said = process.stderr.readline()
@@ -132,7 +135,7 @@ def test_top_with_the_station_engine_down_says_so_and_claims_no_jobs(
             assert done.stderr.strip() == paragraph and done.stdout == ""
         live = member(station, python, "top", "--interval", "0.3")
         assert live.stdout is not None
-        line_with(live.stdout, "an admin starts it")
+        line_with(live.stdout, "engine not running")  # the header; the note says who starts it
         assert line_with(live.stdout, "running jobs").startswith("running jobs: unknown")
         station.start()
         frame = line_with(live.stdout, "topjob")  # its row in the engine's view
