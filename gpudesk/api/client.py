@@ -76,7 +76,7 @@ from gpudesk.core.wire.requests import (
 )
 
 if TYPE_CHECKING:
-    from gpudesk.api.connection import Connection, EventSocket
+    from gpudesk.api.connection import Connection, EventSocket, Outage
     from gpudesk.api.job_pages import JobPages
     from gpudesk.core.datasets import DatasetSpec
     from gpudesk.core.jobs import JobSpec
@@ -247,6 +247,10 @@ class Client:
 
     def close(self) -> None:
         self._transport.close()
+
+    def outlast(self, outage: Outage | None) -> None:
+        """From now on, requests outlast the engine's outages (`Connection.outage`)."""
+        self._transport.outage = outage
 
     def __enter__(self) -> Client:
         return self

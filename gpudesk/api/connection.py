@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.core import protocol
@@ -83,6 +83,28 @@ class EngineNotListening(EngineError):
 class EngineClosed(EngineError):
     """The engine closed the connection without answering or saying why (it stopped); when it
     refuses a connection or a request it says why, and that is raised instead."""
+
+
+class EngineNotAllowed(EngineError):
+    """The socket's mode refused this user: not a member of the station's group; or, for a
+    moment, a socket an engine starting has made and not yet opened to its group."""
+
+
+class EngineSilent(EngineError):
+    """The engine took a request and did not answer it in time (hung, stopped by a signal,
+    or busy starting)."""
+
+
+class Outage(Protocol):
+    """What a connection does while its engine is away (`Connection.outage`)."""
+
+    def away(self, error: EngineError) -> None:
+        """No engine answered this request (`error` says why: none listens, it closed the
+        connection, the socket refused this user, or it held the request past the timeout):
+        wait a while before it is sent again, or raise to give up."""
+
+    def back(self) -> None:
+        """A request was answered (after an outage, or not)."""
 
 
 def _engine_log(home: Home, offset: int | None = None, tail: int = 16384) -> str | None:
@@ -223,6 +245,11 @@ class Connection:
         self.timeout = timeout
         self._sock: socket.socket | None = None
         self._ids = itertools.count(1)
+        # Set: a request no engine answered (none listens, it closed the connection without a
+        # word, its socket refused us, it held the request past `timeout`: stopped, or
+        # restarting for an upgrade) is sent again once `outage.away` returns. Only for a
+        # reader's requests (`wait`, `logs -f`): sent twice, they change nothing.
+        self.outage: Outage | None = None
 
     @property
     def socket_path(self) -> Path:
@@ -242,7 +269,7 @@ class Connection:
             ) from None
         except PermissionError:
             sock.close()
-            raise EngineError(_not_allowed(self.home)) from None
+            raise EngineNotAllowed(_not_allowed(self.home)) from None
         except OSError as exc:
             sock.close()
             raise EngineError(
@@ -271,7 +298,7 @@ class Connection:
                 f"{_not_listening(self.home)}: {exc.filename} does not exist"
             ) from None
         except PermissionError:
-            raise EngineError(_not_allowed(self.home)) from None
+            raise EngineNotAllowed(_not_allowed(self.home)) from None
 
     def close(self) -> None:
         if self._sock is not None:
@@ -292,7 +319,21 @@ class Connection:
         return result
 
     def exchange(self, op: str, args: dict[str, Any]) -> bytes:
-        """Send one request and return the engine's reply as it came (JSON bytes)."""
+        """Send one request and return the engine's reply as it came (JSON bytes); through an
+        outage where `outage` is set."""
+        while True:
+            try:
+                reply = self._exchange_once(op, args)
+            except (EngineNotListening, EngineClosed, EngineNotAllowed, EngineSilent) as exc:
+                if self.outage is None:
+                    raise
+                self.outage.away(exc)
+                continue
+            if self.outage is not None:
+                self.outage.back()
+            return reply
+
+    def _exchange_once(self, op: str, args: dict[str, Any]) -> bytes:
         request_id = next(self._ids)
         payload = protocol.Request(op=op, args=args, id=request_id).encode()
         if len(payload) > protocol.MAX_MESSAGE_BYTES:
@@ -345,7 +386,7 @@ class Connection:
             ) from None
         except TimeoutError:
             self.close()
-            raise EngineError(
+            raise EngineSilent(
                 f"{self.home.description} did not answer within {self.timeout:g} s "
                 f"(is it running? `gpudesk engine status`; its log: {self.home.log_hint})"
             ) from None
@@ -410,16 +451,23 @@ def _parting_words(sock: socket.socket) -> bytes | None:
     return None
 
 
+def who_starts(home: Home) -> str:
+    """Who starts the home's engine, and how: "an admin starts it (…)" for a station's."""
+    if not home.is_system:
+        return "`gpudesk engine start` starts it"
+    start = "`sudo systemctl start gpudesk`, or `sudo gpudesk engine start --system`"
+    if home.system_socket != SYSTEM_SOCKET:  # that command would start the default one
+        socket = shlex.quote(str(home.system_socket))
+        start = f"its service, or `sudo gpudesk engine start --system --socket {socket}` "
+        start += "with its --state-dir"
+    return f"an admin starts it ({start})"
+
+
 def _not_listening(home: Home) -> str:
     if home.is_system:
-        start = "`sudo systemctl start gpudesk`, or `sudo gpudesk engine start --system`"
-        if home.system_socket != SYSTEM_SOCKET:  # that command would start the default one
-            socket = shlex.quote(str(home.system_socket))
-            start = f"its service, or `sudo gpudesk engine start --system --socket {socket}` "
-            start += "with its --state-dir"
         return (
-            f"{home.description} is not running; an admin starts it ({start}). To use a "
-            "personal engine instead, set GPUDESK_HOME"
+            f"{home.description} is not running; {who_starts(home)}. To use a personal engine "
+            "instead, set GPUDESK_HOME"
         )
     return f"no engine is listening for {home.root} (start one with `gpudesk engine start`)"
 

@@ -409,7 +409,7 @@ def logs(
                 return
             follower = _stdout_follower(client, data, raw)
             if follow and attempt is None:
-                with engine_kept_waiting(client.home, f"job {data.job.id}"):
+                with engine_kept_waiting(client, f"job {data.job.id}"):
                     ended = follower.follow(lines)
             else:
                 follower.dump(attempts[-1], lines)

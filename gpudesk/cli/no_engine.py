@@ -29,7 +29,8 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, NoReturn
 
@@ -39,6 +40,7 @@ from gpudesk.text import printable_line, quoted
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
+    from gpudesk.api.errors import EngineError
     from gpudesk.paths import Home
 
 
@@ -121,32 +123,85 @@ def stopped(home: Home) -> NoReturn:
     )
 
 
+AWAY_POLL_S = 1.0  # while the engine is away, how often `wait` and `logs -f` ask it again
+
+
+class _EngineAway:
+    """How `wait` and `logs -f` go through an outage of the engine (gpudesk.api.connection
+    .Outage): said once on stderr, then asked again every AWAY_POLL_S until it answers, for as
+    long as it takes (as the jobs may take: they run on without it), and said once it does.
+    `check`: called at each try, raises to give up (`wait --timeout`)."""
+
+    def __init__(self, home: Home, what: str, check: Callable[[], None] | None) -> None:
+        self.home, self.what, self.check = home, what, check
+        self.since: float | None = None  # monotonic: since when it is away
+
+    def away(self, error: EngineError) -> None:
+        from gpudesk.api.connection import EngineNotAllowed, who_starts
+
+        if self.since is None:
+            self.since = time.monotonic()
+            # a socket that refuses someone it served is new (being set up by an engine that is
+            # starting, or one started for another --group); the rest is "not there"
+            why = (
+                " (its socket refuses you now: an engine starting, or one started for another "
+                "group)"
+                if isinstance(error, EngineNotAllowed)
+                else ""
+            )
+            print(
+                printable_line(
+                    f"gpudesk: {self.home.description} is not answering{why}: stopped, or "
+                    "restarting (an upgrade). Jobs run on without it; this command waits for "
+                    f"it to answer again, then goes on waiting for {self.what} "
+                    f"({who_starts(self.home)}; Ctrl-C stops waiting)"
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
+        if self.check is not None:
+            self.check()
+        time.sleep(AWAY_POLL_S)
+
+    def back(self) -> None:
+        if self.since is not None:
+            away_s = time.monotonic() - self.since
+            self.since = None
+            print(
+                f"gpudesk: the engine answers again (away {away_s:.0f} s); waiting on for "
+                f"{self.what}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 @contextmanager
-def engine_kept_waiting(home: Home, what: str) -> Iterator[None]:
+def engine_kept_waiting(
+    client: Client, what: str, check: Callable[[], None] | None = None
+) -> Iterator[None]:
     """For a command that waits on the engine for jobs (`wait`, `logs -f`): an engine that
-    stops answering while it waits (stopped, or a system engine an admin restarts) is exit 3,
-    as for one that was not running when it began: 1 is a job's failure, which a script would
-    take it for. The message says the jobs go on (they outlive the engine) and how to wait
-    again. `what`: what was waited for ("job 3")."""
+    stops answering while it waits (stopped, or restarted for an upgrade: its jobs run on) is
+    waited for (`_EngineAway`), as the desk and `top` follow it. What still ends the wait (an
+    unsafe socket folder, an error of the connection's own) is exit 3, as for an engine not
+    running when it began: 1 would be a job's failure to a script (docs/jobs.md, "An engine
+    restarted while you wait", says where 3 can still be a job's own). `what`: what is waited
+    for ("job(s) 3 4"); `check`: as `_EngineAway`'s."""
     from gpudesk.api.errors import EngineError
 
+    client.outlast(_EngineAway(client.home, what, check))
     try:
         yield
     except EngineError as exc:
         if exc.code != "unavailable":
             raise
         again = shlex.join(["gpudesk", *sys.argv[1:]])
-        start = (
-            "wait until an admin has started the station's engine (sudo systemctl start gpudesk)"
-            if home.is_system
-            else "start the engine (gpudesk engine start)"
-        )
         fail(
-            f"the engine stopped answering while this command waited for {what} ({exc}). "
-            f"Its jobs go on: they outlive the engine, which takes them up again when it "
-            f"starts. To wait again, {start}, then run: {again}",
+            f"gave up waiting for {what}: {exc}. The jobs go on: they outlive the engine, which "
+            f"takes them up again when it starts. To wait again, run: {again}",
             EXIT_NOT_RUNNING,
         )
+    finally:
+        client.outlast(None)
 
 
 def say_nothing(home: Home, nothing: str, *, machine_output: bool) -> None:

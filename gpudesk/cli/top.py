@@ -7,7 +7,7 @@ import sys
 import typer
 
 from gpudesk.cli.common import current_home, fail
-from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_USAGE
 
 top_app = typer.Typer()
 
@@ -32,7 +32,7 @@ def top(
 
     Frames fit the window (the header always shows); `q` leaves. It follows the engine: one
     started, restarted or resumed while top is open is shown once it answers."""
-    from gpudesk.cli.top_view import BackendDown, run_top
+    from gpudesk.cli.top_view import BackendDown, StationDown, run_top
 
     try:
         run_top(current_home(), once=once, as_json=json_out, interval=interval)
@@ -40,6 +40,8 @@ def top(
         fail(str(exc), EXIT_USAGE)
     except BackendDown as exc:
         fail(str(exc), EXIT_FAILED)
+    except StationDown as exc:  # its jobs are not known: no frame claims any
+        fail(str(exc), EXIT_NOT_RUNNING)
     except KeyboardInterrupt:
         # Ctrl-C is how top is left, even while it is still starting or closing
         sys.stdout.write("\n")

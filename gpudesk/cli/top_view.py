@@ -29,8 +29,16 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from gpudesk import render
+from gpudesk.api.connection import who_starts
+from gpudesk.api.errors import EngineError
 from gpudesk.cli.interrupts import INTERRUPTS
-from gpudesk.cli.top_engine import EngineProbe, EngineSummary, engine_status, engine_view
+from gpudesk.cli.top_engine import (
+    ASK_TIMEOUT_S,
+    EngineProbe,
+    EngineSummary,
+    engine_status,
+    engine_view,
+)
 from gpudesk.cli.top_frame import fit_rows
 from gpudesk.cli.top_keys import key_reader, quits
 from gpudesk.cli.top_screen import alternate_screen, carried, drawing_for, window
@@ -78,7 +86,7 @@ def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
     source = Source(
         home, engine, Monitor(backend), explicit=backend_name == "nvml", requested=requested
     )
-    source.engine_note = _engine_note(engine, requested)
+    source.engine_note = _engine_note(home, engine, requested)
     if backend_name == "auto" and backend.name == "none":
         from gpudesk.hw.telemetry.nvml import nvml_problem
 
@@ -89,10 +97,16 @@ def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
 
 
 def _engine_note(
-    engine: EngineSummary | None, requested: str | None, lost: bool = False
+    home: Home, engine: EngineSummary | None, requested: str | None, lost: bool = False
 ) -> str | None:
     """Why top samples the station itself while `engine` is the engine's state (None: none
     runs; `lost`: one this top showed went away)."""
+    if engine is None and home.is_system:  # its members' jobs run on: none of them is known
+        return (
+            f"{home.description} is not running; {who_starts(home)}. Its jobs are not known "
+            "meanwhile; sampling this host directly, and top shows the engine's view again "
+            "once it answers"
+        )
     if engine is None:
         return (
             "the engine stopped; sampling directly; top shows the engine's view again once it "
@@ -117,6 +131,23 @@ class BackendDown(Exception):
     """The backend the user asked for by name cannot start: top has nothing to show."""
 
 
+class StationDown(Exception):
+    """A station's engine is not running: a frame of `--once` or `--json` could not say which
+    of its members' jobs run, so it is not printed (the message: what `queue` says)."""
+
+
+def _check_station(source: Source) -> None:
+    if source.home.is_system and source.engine is None:
+        from gpudesk.api.client import Client
+
+        try:  # its refusal is the paragraph every command gives (`gpudesk queue`)
+            with Client.attach(source.home, timeout=ASK_TIMEOUT_S) as client:
+                client.ping()
+        except EngineError as exc:
+            raise StationDown(str(exc)) from None
+        raise StationDown(f"{source.home.description} did not answer; try again")
+
+
 def _check_backend(source: Source) -> None:
     """An explicitly chosen backend (GPUDESK_BACKEND=nvml) that cannot start ends top at
     once, as nvidia-smi, nvitop and gpustat end without a driver; `auto` shows the CPU."""
@@ -137,7 +168,7 @@ def take_view(source: Source, *, fresh: bool = False) -> dict[str, Any]:
         if view is not None:
             return view
         source.monitor = _direct_monitor()  # the engine went away, or stopped answering
-        source.engine_note = _engine_note(source.engine, source.requested, lost=True)
+        source.engine_note = _engine_note(source.home, source.engine, source.requested, True)
     elif not fresh:
         view = _engine_again(source)
         if view is not None:
@@ -152,8 +183,9 @@ def take_view(source: Source, *, fresh: bool = False) -> dict[str, Any]:
     view.update({"source": "direct", "engine": engine, "note": note, "interval_s": None})
     from gpudesk.cli.no_engine import never_ran
 
-    # where no engine has run there are no gpudesk jobs; where one has, they run on without it
-    view["jobs_known"] = never_ran(source.home)
+    # where no engine has run there are no gpudesk jobs; where one has, they run on without
+    # it, and a station's members' always may (its state folder is not the client's to look in)
+    view["jobs_known"] = not source.home.is_system and never_ran(source.home)
     # nothing has given the simulated GPUs a MIG layout there either: the direct simulator's
     # whole GPUs are what there is
     if view["simulated"] and not view["jobs_known"]:
@@ -177,7 +209,7 @@ def _engine_again(source: Source) -> dict[str, Any] | None:
             source.monitor.close()
             source.monitor, source.engine_note = None, None
             return view
-    source.engine_note = _engine_note(source.engine, source.requested, lost=lost)
+    source.engine_note = _engine_note(source.home, source.engine, source.requested, lost)
     return None
 
 
@@ -513,6 +545,7 @@ def _show(
     """top's frames into `out` (`encoding`'s characters), until `q` where it runs on."""
     if once or as_json:
         view = take_view(source, fresh=True)
+        _check_station(source)
         _check_backend(source)
         if as_json:
             print(json_text(view, indent=2), file=out)

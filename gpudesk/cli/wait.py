@@ -44,7 +44,8 @@ def wait(
 ) -> None:
     """Wait until jobs end; exit 0 if all succeeded, else with the status of the first one
     (in the order given) that did not: its exit code, 128+N if signal N killed it, or 1.
-    Exit 3 where no engine runs, or it stops while this waits (the jobs go on)."""
+    Exit 3 where no engine runs; one that stops while this waits (restarted: an upgrade) is
+    waited for (the jobs go on)."""
     from gpudesk.api.submit import WaitStopped, wait_for_jobs, waited_ids
     from gpudesk.cli.std_streams import follow_to_the_end
 
@@ -65,8 +66,12 @@ def wait(
                 usage=False,
             )
 
+        def give_up() -> None:  # --timeout, while the engine is away too
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitStopped
+
         try:
-            with engine_kept_waiting(client.home, what):
+            with engine_kept_waiting(client, what, give_up):
                 ended = wait_until_ended(ids)
                 while group is not None and (later := _run_ids(client, group, after=ids)):
                     ids += later  # parts the run gained meanwhile

@@ -233,17 +233,25 @@ def test_acting_on_jobs_in_a_fresh_home_says_there_are_none_and_starts_no_engine
 
 
 @pytest.mark.parametrize("system", [False, True])
-def test_an_engine_that_stops_while_wait_and_logs_f_wait_is_exit_3_and_its_jobs_go_on(
+def test_wait_and_logs_f_wait_through_an_engine_restart_for_the_jobs_real_exit(
     engine: EngineHandle, tmp_path: Path, system: bool
 ) -> None:
-    """`wait` and `logs -f` exited 1, a job's failure to a script, when the engine stopped
-    while they waited, and 3 against an engine already stopped: now 3 both ways, saying the
-    jobs go on and how to wait again (for a system engine an admin restarting it: who starts
-    it). Each is seen waiting (a job's end printed, a line followed) before the engine stops."""
-    gate = tmp_path / "gate"
+    """`wait` and `logs -f` gave up (exit 3, which a job's own exit 3 reads as) when the engine
+    stopped while they waited, an upgrade's restart too, though its jobs went on: now they say
+    once that it is away, wait for it, say it is back, and end with the job's own status. Each
+    is seen waiting (a job's end printed, a line followed) before the engine stops; the job
+    ends while no engine runs, and the next engine settles it."""
+    gate, stopped = tmp_path / "gate", tmp_path / "stopped"
     first, long = engine.submit(
         {"name": "first", "command": ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done"]},
-        {"name": "long", "command": ["sh", "-c", "echo started; exec sleep 120"]},
+        {
+            "name": "long",
+            "command": [
+                "sh",
+                "-c",
+                f"echo started; while [ ! -e {stopped} ]; do sleep 0.02; done; echo ended; exit 3",
+            ],
+        },
     )
     engine.wait_state(long, "running")
     env = dict(os.environ)
@@ -269,26 +277,25 @@ def test_an_engine_that_stops_while_wait_and_logs_f_wait_is_exit_3_and_its_jobs_
         assert wait.stdout.readline().startswith(f"job {first} (first) succeeded")
         assert follow.stdout.readline() == "started\n"
         engine.stop()
-        for process, what, again in (
-            (wait, f"job(s) {first} {long}", f"gpudesk wait {first} {long}"),
-            (follow, f"job {long}", f"gpudesk logs -f {long}"),
-        ):
-            _, err = process.communicate(timeout=60)
-            assert process.returncode == 3, err
-            said = " ".join(err.split())
-            assert said.startswith(
-                f"error: the engine stopped answering while this command waited for {what}"
-            ), said
-            assert "Its jobs go on: they outlive the engine" in said
-            start = "(sudo systemctl start gpudesk)" if system else "(gpudesk engine start)"
-            assert f"{start}, then run: {again}" in said and "Traceback" not in said
+        assert wait.stderr is not None and follow.stderr is not None
+        for process in (wait, follow):  # said once the engine is away, and both still wait
+            said = process.stderr.readline()
+            assert " is not answering: stopped, or restarting" in said, said
+            assert "GPUDESK_HOME" not in said and process.poll() is None
+        stopped.touch()  # the job ends while no engine runs
+        engine.start()
+        for process, what in ((wait, f"job(s) {first} {long}"), (follow, f"job {long}")):
+            out, err = process.communicate(timeout=60)
+            assert process.returncode == 3, out + err  # the job's own exit 3
+            assert err.startswith("gpudesk: the engine answers again"), err
+            assert what in err and "error" not in err and "Traceback" not in err
+        assert out == "ended\n"
     finally:
         for process in (wait, follow):
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    engine.start()
-    assert engine.job(long).state == "running"  # it went on
+    assert engine.job(long).exit_code == 3
 
 
 @pytest.mark.parametrize("kind", ["a link to her folder", "a file", "a name not UTF-8"])
