@@ -403,6 +403,8 @@ def logs(
         if not json_out and not follow and (not attempts or attempts[-1].state == "launch_failed"):
             print(_no_output(data, attempts[-1] if attempts else None), file=sys.stderr)
             return
+        if not follow and attempts and (gone := _log_gone(attempts[-1])):
+            fail(f"job {data.job.id}'s {gone}")
         try:
             if json_out:  # a log the job replaced (a link, a FIFO) is refused as plain logs'
                 print_log_json(client, data, attempts[-1] if attempts else None, lines)
@@ -418,6 +420,21 @@ def logs(
             fail(joblog.refusal(data.job.id, exc))
     # like `tail --pid` plus the job's own status, so `gpudesk logs -f 3 && next` chains
     raise typer.Exit(ended.exit_status)
+
+
+def _log_gone(attempt: AttemptView) -> str | None:
+    """Why an attempt's log cannot be printed, where its file was removed (by hand, to free
+    room): said, where it printed nothing and exited 0. None where it is there, or this
+    process cannot look (the engine reads it: `logs.refused`)."""
+    from gpudesk.cli.logs import refused
+
+    path = attempt.log
+    if path is None or refused(path) or os.path.lexists(path):
+        return None
+    return (
+        f"attempt {attempt.number} log {printable_line(path)} no longer exists: it was "
+        "removed since the attempt wrote it, and its output with it"
+    )
 
 
 def _no_output(data: JobDetail, attempt: AttemptView | None) -> str:

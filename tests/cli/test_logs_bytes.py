@@ -71,3 +71,19 @@ def test_read_through_the_engine_they_arrive_as_they_are(
     else:
         follower.dump(engine.show(job_id).attempts[-1])
     assert out.written() == BYTES
+
+
+def test_a_log_removed_by_hand_is_said_not_printed_as_nothing(engine: EngineHandle) -> None:
+    """`rm jobs/3/1/output.log` (room freed by hand): `logs` printed nothing, exit 0, and
+    `--json` an empty output, as if the job had printed nothing."""
+    [job_id] = engine.submit(PRINTER)
+    engine.wait_state(job_id, "succeeded")
+    log = engine.home.attempt_dir(job_id, 1) / "output.log"
+    log.unlink()
+    for argv in (["logs", str(job_id)], ["logs", "--json", str(job_id)]):
+        done = subprocess.run([*GPUDESK, *argv], capture_output=True, text=True, timeout=60)
+        assert (done.returncode, done.stdout) == (1, ""), (argv, done)
+        assert done.stderr == (
+            f"error: job {job_id}'s attempt 1 log {log} no longer exists: it was removed since "
+            "the attempt wrote it, and its output with it\n"
+        ), done.stderr
