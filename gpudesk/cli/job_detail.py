@@ -79,7 +79,7 @@ def _spec_lines(j: JobView, width: int) -> list[str]:
         ),
         f"  workdir    {printable_line(spec.workdir) if spec.workdir else '-'}",
         f"  asks for   {spec.gpus} GPU(s)"
-        + (f", {spec.memory_gb:g} GB" if spec.memory_gb else "")
+        + (f", {spec.memory_gb:g} GiB" if spec.memory_gb else "")  # as --mem counts
         + (f", {spec.sm_pct:g}% SM" if spec.sm_pct is not None else "")
         + (f", dataset {spec.dataset}" if spec.dataset else "")
         + (f" ({spec.selection})" if spec.selection else ""),

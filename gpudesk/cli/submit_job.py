@@ -165,7 +165,9 @@ def checked_spec(raw: dict[str, Any]) -> JobSpec:
         if exc.key == "tracking":  # "mlflow_uri: …" or "experiment: …"
             field, _, message = exc.message.partition(": ")
             fail(f"--{field.replace('_', '-')}: {message}", EXIT_USAGE)
-        fail(f"{option_of(exc.key)}: {exc.message}", EXIT_USAGE)
+        # submit's command is what follows `--`, not an option (edit's is --command)
+        where = "the command (after --)" if exc.key == "command" else option_of(exc.key)
+        fail(f"{where}: {exc.message}", EXIT_USAGE)
     return spec
 
 

@@ -66,3 +66,13 @@ def test_a_program_whose_name_cannot_name_a_job_is_said_as_the_programs(
         "contain control characters"
     ), err
     assert err.rstrip().endswith("give it a name with --name") and "--name:" not in err
+
+
+def test_an_empty_program_is_said_as_the_command_not_an_option(gpudesk, home: object) -> None:
+    """submit's command follows `--`: an empty program was said as `--command: ...`, an
+    option submit does not have (edit's)."""
+    code, _, err = gpudesk("submit", "--name", "x", "--", "")
+    assert (code, err) == (
+        2,
+        "error: the command (after --): the program (first argument) is empty\n",
+    ), err

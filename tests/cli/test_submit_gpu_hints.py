@@ -35,3 +35,6 @@ def test_gpu_hints_with_gpus_submit(home: object, monkeypatch: pytest.MonkeyPatc
     result = gpudesk("submit", "--hold", "--gpus", "1", "--mem", "10", "--sm", "30", "--", "true")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "submitted job" in result.stdout
+    job_id = result.stdout.split()[2]
+    # said in the unit --mem counts in (GiB), as the hint's own line says it
+    assert "asks for   1 GPU(s), 10 GiB" in gpudesk("show", job_id).stdout
