@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gpudesk.cli.common import CliError
-from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOT_RUNNING, EXIT_USAGE
 from gpudesk.cli.std_streams import say
 from gpudesk.text import printable_message
 
@@ -34,7 +34,12 @@ def reported_failures() -> Iterator[None]:
     except EngineError as exc:
         said = as_on_the_command_line(str(exc)) if exc.code == "invalid_args" else str(exc)
         say(f"error: {printable_message(said)}")
-        # the engine found the request's arguments wrong (a job it can never run): bad input
+        # the engine found the request's arguments wrong (a job it can never run): bad input;
+        # a station's engine not running is said as `engine status` says it (3)
+        from gpudesk.api.connection import EngineNotListening
+
+        if isinstance(exc, EngineNotListening):
+            sys.exit(EXIT_NOT_RUNNING)
         sys.exit(EXIT_USAGE if exc.code == "invalid_args" else EXIT_FAILED)
     except HomeError as exc:
         say(f"error: {printable_message(str(exc))}")

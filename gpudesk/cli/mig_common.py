@@ -52,10 +52,13 @@ def paragraph(text: str, first: str = "  ") -> str:
 
 @contextmanager
 def engine_errors() -> Iterator[None]:
+    from gpudesk.api.connection import EngineNotListening
     from gpudesk.api.errors import EngineError
     from gpudesk.core.protocol import INVALID_ARGS
 
     try:
         yield
+    except EngineNotListening:
+        raise  # a station's engine down: exit 3, as every command says it (cli.failures)
     except EngineError as exc:
         fail(str(exc), EXIT_USAGE if exc.code == INVALID_ARGS else EXIT_FAILED)

@@ -167,6 +167,19 @@ def test_a_system_engines_reader_is_told_who_starts_it(home: Home, tmp_path: Pat
         said.stderr
     ), said.stderr
     assert folder.exists() and not any(folder.iterdir())
+    # exit 3, as `engine status` (and a personal home's stopped engine) says it: not 1, a job's
+    # or a command's failure, which a script would take it for
+    station = {**os.environ, "GPUDESK_SOCKET": str(socket)}
+    for args in (
+        ("queue",),
+        ("show", "3"),
+        ("history",),
+        ("cancel", "3"),
+        ("submit", "--", "true"),
+    ):
+        done = gpudesk(*args, env=station)
+        assert done.returncode == 3, (args, done.stderr)
+        assert "is not running; an admin starts it" in done.stderr, (args, done.stderr)
 
 
 @pytest.mark.parametrize("args", [("--readonly",), ("desk", "--readonly")])
