@@ -121,7 +121,23 @@ def engine_start(
         fail(str(exc), exc.status)
     already_done(f"the engine was started all the same (pid {pid}): gpudesk engine status shows it")
     # the home's path spelled out (GPUDESK_HOME may hold an ESC), as in every line here
-    print(printable_line(f"engine started (pid {pid}): {home.description}"))
+    print(printable_line(f"engine started (pid {pid}): {home.description}{_simulated(home)}"))
+
+
+def _simulated(home: Home) -> str:
+    """Where the engine just started watches a SIMULATED station (GPUDESK_BACKEND, or the
+    home's setting), the words that say so; else ""."""
+    from gpudesk.api.client import Client
+    from gpudesk.api.errors import EngineError
+
+    try:
+        with Client.connect(home, autostart=False) as client:
+            station = client.status().station
+    except (EngineError, OSError):  # stopped again already: `engine status` says why
+        return ""
+    if not station.simulated:
+        return ""
+    return f", on a SIMULATED station ({station.effective_backend}: its GPUs are not real)"
 
 
 def _runs_already(

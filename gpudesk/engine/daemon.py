@@ -52,7 +52,7 @@ from gpudesk.engine.scheduler import Scheduler
 from gpudesk.engine.services.loaders import CHECK_EVERY_S, LoaderSupervisor, Statuses
 from gpudesk.engine.services.metrics.exporter import MetricsExporter
 from gpudesk.engine.services.tracking.tracker import Tracking
-from gpudesk.engine.startup import EXIT_BAD_HOME, initial_config, open_store, stopped_on
+from gpudesk.engine.startup import EXIT_BAD_HOME, home_config, open_store, stopped_on
 from gpudesk.engine.state import CurrentStation, PlacementDue
 from gpudesk.engine.station.mps_watch import MpsWatch
 from gpudesk.engine.station.repartition.control import MigControl
@@ -507,15 +507,17 @@ def serve(
             log.error("%s", exc)
             return EXIT_BAD_HOME
         try:
-            config = initial_config(store, requested)
+            kept = home_config(store, requested)
+            config = kept.with_env_override()
         except ValueError as exc:
             log.error("%s", exc)
             store.close()
             return 2
-        store.set_setting("station", config.to_dict())
         engine = Engine(
             home, store, config, access, station_group, lock=lock, containment=containment
         )
+        # not GPUDESK_BACKEND: this engine's, not the home's
+        engine.station.keep(None if kept.backend == config.backend else kept.backend)
         try:
             engine.bind()
         except CannotListen as exc:  # a file in the socket's place: one paragraph, no traceback

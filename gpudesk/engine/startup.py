@@ -27,13 +27,19 @@ log = logging.getLogger("gpudesk.engine")
 
 
 def initial_config(store: Store, requested: Mapping[str, Any] | None) -> StationConfig:
+    """What the engine runs with: the home's config (`home_config`) under GPUDESK_BACKEND."""
+    return home_config(store, requested).with_env_override()
+
+
+def home_config(store: Store, requested: Mapping[str, Any] | None) -> StationConfig:
     """What the last engine of this home used (else defaults) with the settings the client
-    asked for laid over it: only the keys `requested` names change."""
+    asked for laid over it (only the keys `requested` names change): what the home keeps,
+    without the GPUDESK_BACKEND of this engine's environment."""
     config = StationConfig.from_saved(store.setting("station"), log.warning)
     if requested:
         asked = StationConfig.from_dict(requested)
         config = dataclasses.replace(config, **{key: getattr(asked, key) for key in requested})
-    return config.with_env_override()
+    return config
 
 
 def open_store(home: Home) -> Store:

@@ -27,7 +27,19 @@ class CurrentStation:
     def __init__(self, store: Store, config: StationConfig) -> None:
         self.store = store
         self.config = config
+        self.home_backend: str | None = None  # `keep`
+
+    def keep(self, home_backend: str | None) -> None:
+        """Keep `home_backend` as the home's backend, whatever this engine runs on (None: its
+        own): where GPUDESK_BACKEND (its environment's, not the home's) says another, a later
+        start without it must not find the home set to it (a SIMULATED station, for a start of
+        a test)."""
+        self.home_backend = home_backend
+        self.replace(self.config)
 
     def replace(self, config: StationConfig) -> None:
         self.config = config
-        self.store.set_setting("station", config.to_dict())
+        kept = config.to_dict()
+        if self.home_backend is not None:
+            kept["backend"] = self.home_backend
+        self.store.set_setting("station", kept)
