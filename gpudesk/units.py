@@ -6,6 +6,7 @@ engine, the CLI, the desk and the benchmarks may all import it.
 
 from __future__ import annotations
 
+import math
 import re
 
 from gpudesk.text import quoted
@@ -92,6 +93,28 @@ def parse_duration(text: str) -> float:
             f"{quoted(text)} is not a duration: give minutes as sbatch --time does (90, 90:00, "
             "1:30:00, 2-12:00:00) or units (90s, 30m or 30min, 1h30m, 2hours, 2d)"
         ) from None
+
+
+# What says "no time limit" where one is given (`--time none`): sbatch's --time=0 and
+# UNLIMITED / INFINITE (scontrol's TimeLimit=UNLIMITED), so a default ([submit] time) can be
+# lifted for one job
+NO_TIME_LIMIT = ("0", "none", "unlimited", "infinite")
+
+
+def no_time_limit(text: str) -> bool:
+    """Does `text` ask for no time limit (NO_TIME_LIMIT, in any case)?"""
+    return text.strip().lower() in NO_TIME_LIMIT
+
+
+def sbatch_time(seconds: float) -> str:
+    """A time limit as sbatch's --time takes it ("D-HH:MM:SS"), as `--time` reads it back;
+    Slurm acts on whole minutes."""
+    total = math.ceil(seconds)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
 
 
 def watt_hours(joules: float | None) -> str:

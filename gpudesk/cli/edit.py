@@ -36,7 +36,8 @@ _TIME = typer.Option(
     "--time",
     "-t",
     metavar="TIME",
-    help="The new wall-clock limit, as submit --time takes it (90 is 90 minutes; 1:30:00; 2h).",
+    help="The new wall-clock limit, as submit --time takes it (90 is 90 minutes; 1:30:00; 2h; "
+    "none for no limit).",
 )
 _AFTER = typer.Option(
     [],

@@ -93,7 +93,7 @@ _TIME = typer.Option(
     metavar="TIME",
     help="Wall-clock limit, as sbatch --time takes it (90 is 90 minutes; 1:30:00, "
     "2-12:00:00) or with units (90s, 30m, 2h): then SIGTERM, SIGKILL after 10 s, and "
-    "the job fails as timed out.",
+    "the job fails as timed out. none (or 0, UNLIMITED): no limit, over a config's default.",
 )
 _AFTER = typer.Option(
     [],

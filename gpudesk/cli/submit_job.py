@@ -99,13 +99,14 @@ def add_limit_and_tracking(
     """--time as seconds, and --mlflow-uri / --experiment as the job's tracking."""
     if time_limit is not None:
         from gpudesk.core.jobs import MAX_TIME_LIMIT_S
-        from gpudesk.units import parse_duration
+        from gpudesk.units import no_time_limit, parse_duration
 
         try:
-            seconds = parse_duration(time_limit)
+            # `--time none` (or 0, UNLIMITED): no limit, over a config's [submit] time
+            seconds = None if no_time_limit(time_limit) else parse_duration(time_limit)
         except ValueError as exc:
             fail(f"--time: {exc}", EXIT_USAGE)
-        if not 1 <= seconds <= MAX_TIME_LIMIT_S:
+        if seconds is not None and not 1 <= seconds <= MAX_TIME_LIMIT_S:
             fail(
                 f"--time: a time limit is 1 s to 366 days; {time_limit} is "
                 + ("more than 366 days" if seconds > MAX_TIME_LIMIT_S else f"{seconds:g} s"),

@@ -226,6 +226,8 @@ def changes(old: JobSpec, new: JobSpec) -> list[str]:
         before, after = getattr(old, key), getattr(new, key)
         if before != after and key == "begin_at":  # a time, not seconds since 1970
             said.append(f"begin {_clock(before)} -> {_clock(after)}")
+        elif before != after and key == "time_limit_s":  # as --time takes it back
+            said.append(f"time {_limit(before)} -> {_limit(after)}")
         elif before != after:
             said.append(f"{key} {_shown(before)} -> {_shown(after)}")
     for name in sorted(set(old.env) | set(new.env)):
@@ -234,6 +236,12 @@ def changes(old: JobSpec, new: JobSpec) -> list[str]:
         elif old.env.get(name) != new.env[name]:
             said.append(f"env {printable_line(name)}=…")
     return said
+
+
+def _limit(seconds: float | None) -> str:
+    from gpudesk.units import sbatch_time
+
+    return "none" if seconds is None else sbatch_time(seconds)
 
 
 def _clock(value: float | None) -> str:

@@ -22,6 +22,7 @@ from gpudesk.core.jobs import (
     PRIORITY_RANGE,
     JobSpec,
 )
+from gpudesk.units import sbatch_time
 
 # A MIG profile as NVIDIA names it and Slurm's gres.conf types it (AutoDetect=nvml names them
 # this way): "1g.10gb", "3g.40gb", "1g.10gb+me", "1c.3g.40gb" (a compute instance of a slice).
@@ -253,16 +254,6 @@ def gres_mode(gres: str | None) -> str:
     return "mig" if mig_memory_gb(kind) is not None else "exclusive"
 
 
-def slurm_time(seconds: float) -> str:
-    """A time limit as sbatch takes it ("D-HH:MM:SS"); Slurm acts on whole minutes."""
-    total = math.ceil(seconds)
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{days}-{clock}" if days else clock
-
-
 def sbatch_options(spec: JobSpec, cluster: ClusterSpec, offer: GresOffer) -> list[SbatchOption]:
     """Every option a job's sbatch gets from its spec and its cluster, in the order a script
     lists them (output, array and dependency options are the submission's: gpudesk.engine.
@@ -295,7 +286,7 @@ def sbatch_options(spec: JobSpec, cluster: ClusterSpec, offer: GresOffer) -> lis
         options.append(
             SbatchOption(
                 "--time",
-                slurm_time(spec.time_limit_s),
+                sbatch_time(spec.time_limit_s),
                 f"time_limit = {spec.time_limit_s:g} s (Slurm acts on whole minutes)",
             )
         )

@@ -33,11 +33,17 @@ def test_defaults_from_the_config_file_and_the_command_line_wins(
     second = gpudesk(
         config, "submit", "--json", "--time", "5m", "--max-attempts", "1", "--", "true"
     )
-    ids = [json.loads(r.stdout)["id"] for r in (first, second)]
+    # `--time none` (as sbatch's --time=0, scontrol's UNLIMITED) lifts the file's limit
+    unlimited = [
+        gpudesk(config, "submit", "--json", "--time", word, "--", "true")
+        for word in ("none", "0", "UNLIMITED")
+    ]
+    ids = [json.loads(r.stdout)["id"] for r in (first, second, *unlimited)]
     specs = [engine.show(i).job for i in ids]
     assert [(s.spec.time_limit_s, s.max_attempts) for s in specs] == [
         (7200.0, 2),
         (300.0, 1),
+        *[(None, 2)] * 3,
     ]
     gpudesk(config, "wait", "-q", *map(str, ids))
     listed = gpudesk(config, "queue")  # [queue] all = true: finished jobs too

@@ -71,6 +71,6 @@ def test_a_job_stored_with_an_all_digit_name_still_shows_and_is_acted_on_by_id(
     assert "123" in gpudesk("queue")[1]
     # its other fields are edited; the name it has is kept, not refused
     code, out, err = gpudesk("edit", str(job), "--time", "10")
-    assert (code, out) == (0, f"edited job {job} (123): time_limit_s none -> 600\n"), err
+    assert (code, out) == (0, f"edited job {job} (123): time none -> 00:10:00\n"), err
     code, out, err = gpudesk("cancel", str(job))
     assert (code, out) == (0, f"job {job} (123): cancelled\n"), err

@@ -49,11 +49,15 @@ def test_edit_changes_a_queued_job_with_submits_options(
     assert out == (
         f"edited job {job} (train-2): name train -> train-2; "
         f"command true -> python train.py --lr 3e-4; workdir {engine.home.root} -> {tmp_path}; "
-        f"time_limit_s none -> 5400; after none -> {first}; env SEED=…\n"
+        f"time none -> 01:30:00; after none -> {first}; env SEED=…\n"
     )
     spec = engine.job(job).spec
     assert spec.command == ["python", "train.py", "--lr", "3e-4"]
     assert (spec.after, spec.time_limit_s) == ([first], 5400)
+    # and lifted again, said as --time takes it
+    code, out, err = gpudesk("edit", str(job), "--time", "none")
+    assert (code, out) == (0, f"edited job {job} (train-2): time 01:30:00 -> none\n"), err
+    assert engine.job(job).spec.time_limit_s is None
     code, out, _ = gpudesk("edit", "train-2", "--no-deps", "--json")
     assert code == 0 and json.loads(out) == {
         "id": job,

@@ -31,7 +31,7 @@ def test_fields_replace_a_null_clears_and_env_is_said_by_name_only() -> None:
     assert edit.changes == (
         "gpus 0 -> 2",
         "memory_gb none -> 8",
-        "time_limit_s 60 -> none",
+        "time 00:01:00 -> none",
         "env -A",
         "env TOKEN=…",
         "env -HOME",

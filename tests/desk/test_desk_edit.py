@@ -68,7 +68,7 @@ def test_e_edits_a_queued_job_from_its_detail(busy_station: tuple[EngineHandle, 
             pilot,
             lambda: any(
                 "edited: name waiter -> renamed; command sleep 1 -> sleep 2; "
-                "time_limit_s none -> 7200" in n
+                "time none -> 02:00:00" in n
                 for n in notices(app)
             ),
             what="the outcome's notice",

@@ -50,7 +50,7 @@ def test_only_the_owner_or_an_admin_edits_a_job(system: EngineInProcess) -> None
         "name adas -> adas-2"
     ]
     by_admin = system.ok(ALICE, "edit", job=job, fields={"gpus": 0, "time_limit_s": 60})
-    assert by_admin["changes"] == ["time_limit_s none -> 60"]
+    assert by_admin["changes"] == ["time none -> 00:01:00"]
     shown = system.ok(ADA, "show", job=job)
     assert shown["job"]["user"] == ADA.name  # an admin's edit leaves the job hers
     assert [e["kind"] for e in shown["events"]].count("edit") == 2

@@ -45,7 +45,7 @@ def test_an_edited_job_runs_as_edited_and_keeps_its_place(
     )
     assert result.id == middle and result.name == "edited"
     assert result.changes[0] == "name middle -> edited"
-    assert "time_limit_s none -> 600" in result.changes
+    assert "time none -> 00:10:00" in result.changes
     assert result.changes[-2:] == ["env -GONE", "env SEEN=…"]  # names only: values may be secret
     shown = engine.show(middle)
     assert (shown.job.name, shown.job.held, shown.job.spec.time_limit_s) == ("edited", True, 600)

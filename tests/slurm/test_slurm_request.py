@@ -12,9 +12,9 @@ from gpudesk.slurm.request import (
     SlurmMappingError,
     gres_choice,
     gres_mode,
-    slurm_time,
 )
 from gpudesk.slurm.script import plan
+from gpudesk.units import sbatch_time
 
 # what the test cluster's `sinfo -h -o %G` printed (tests/slurm_cluster.py)
 OFFER = GresOffer.parse(["gpu:a100:2,gpu:1g.10gb:2,mps:100,shard:4(S:0)"])
@@ -67,8 +67,8 @@ def test_what_cannot_be_asked_is_refused(job: dict, cluster: ClusterSpec, said: 
 
 
 def test_time_limits_as_sbatch_takes_them() -> None:
-    assert slurm_time(90) == "00:01:30"
-    assert slurm_time(2.5 * 86400) == "2-12:00:00"
+    assert sbatch_time(90) == "00:01:30"
+    assert sbatch_time(2.5 * 86400) == "2-12:00:00"
 
 
 def test_a_sweep_with_equal_resources_is_one_array() -> None:
