@@ -43,7 +43,7 @@ def test_a_pending_slurm_job_is_refused_naming_scontrol_update(
     assert info.value.code == "refused"
     message = str(info.value)
     assert f"job {child} is a Slurm job (queued)" in message
-    assert "none of the fields asked (name, time_limit_s) was changed" in message
+    assert "none of the fields asked (name, time) was changed" in message
     assert f"scontrol update JobId={slurm_id} TimeLimit=" in message
     shown = slurm_engine.show(child)
     assert (shown.job.name, shown.job.spec.time_limit_s) == ("child", None)
