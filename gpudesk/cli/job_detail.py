@@ -6,7 +6,6 @@ attempts (with what placement weighed), what it used, its events and environment
 from __future__ import annotations
 
 import shlex
-import time
 from typing import TYPE_CHECKING
 
 from gpudesk import render
@@ -41,7 +40,7 @@ def detail_lines(data: JobDetail, after: list[JobView], width: int) -> list[str]
         lines.extend(_after_field(data.job, after, width))
     lines.extend(job_extras_view.show_lines(data.job, data.array))
     lines.extend(_run_lines(data, width))
-    lines.extend(_attempt_lines(data.attempts, width))
+    lines.extend(_attempt_lines(data.attempts, width, data.job.suspended_at))
     lines.extend(_usage_lines(data.usage, data.job, data.attempts))
     lines.extend(_event_lines(data.events, data.earlier_events, width))
     if data.env is not None:
@@ -96,7 +95,7 @@ def _spec_lines(j: JobView, width: int) -> list[str]:
         ),
         f"  submitted  {render.clock(j.submitted_at)}   started {render.clock(j.started_at)}"
         f"   ended {render.clock(j.ended_at)}"
-        f"   time {render.duration(render.runtime(j.started_at, j.ended_at))}",
+        f"   time {render.duration(j.run_s())}",
     ]
 
 
@@ -135,15 +134,17 @@ def _run_lines(data: JobDetail, width: int) -> list[str]:
     return lines
 
 
-def _attempt_lines(attempts: list[AttemptView], width: int) -> list[str]:
-    """Each attempt: state, slot, pid, exit, time; its log, cgroup, reason and what placement
-    weighed."""
+def _attempt_lines(
+    attempts: list[AttemptView], width: int, suspended_at: float | None = None
+) -> list[str]:
+    """Each attempt: state, slot, pid, exit, time (its run time: `suspended_at`, the job's,
+    while its attempt is suspended); its log, cgroup, reason and what placement weighed."""
     if not attempts:
         return []
     lines = ["attempts:"]
     for a in attempts:
         exit_code = "-" if a.exit_code is None else a.exit_code
-        took = render.duration((a.ended_at or time.time()) - a.started_at) if a.started_at else "-"
+        took = render.duration(a.run_s(None if a.ended_at else suspended_at))
         lines.append(
             f"  #{a.number}  {a.state:<13} {a.placement.slot:<7} "
             f"pid {a.pid or '-':<8} exit {exit_code:<4} {took}"

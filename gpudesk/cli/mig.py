@@ -85,6 +85,9 @@ class _GpuProfiles:
     profiles: list[GiProfile]
     places: dict[int, tuple[SliceSpan, ...]]
     simulated: bool = False
+    # a simulated GPU not in MIG mode: its mode and what to do, above the profiles it would offer
+    mode: str = "enabled"
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ def profiles_cmd(
     gpu: Annotated[int | None, typer.Option("--gpu", "-g", min=0, help="Only this GPU.")] = None,
     json_out: JsonOption = False,
 ) -> None:
-    """The GPU instance profiles each MIG-enabled GPU offers.
+    """The GPU instance profiles each MIG-enabled (or simulated) GPU offers.
 
     Free/total counts, memory, engines, and placements (start:size in memory slices)."""
     from gpudesk.cli.mig_simulated import simulated_station
@@ -145,24 +148,26 @@ def _simulated_profiles(
     skipped: list[_Skipped] = []
     for plan in (p for i, p in sorted(station.plans.items()) if gpu is None or i == gpu):
         entry = GpuEntry(plan.gpu, plan.name, uuids.get(plan.gpu, ""))
-        if not plan.mig_enabled:
-            note = simulated_mode_note(plan.gpu, plan.name, plan.mig_mode)
+        profiles, places = simulated_profiles(plan)
+        if plan.mig_enabled:
+            found.append(_GpuProfiles(entry, profiles, places, simulated=True))
+            continue
+        note = simulated_mode_note(plan.gpu, plan.name, plan.mig_mode)
+        if not profiles:  # a model without a profile table
             skipped.append(_Skipped(entry, plan.mig_mode, note, simulated=True))
             continue
-        profiles, places = simulated_profiles(plan)
-        found.append(_GpuProfiles(entry, profiles, places, simulated=True))
-    if skipped and (gpu is not None or not found):
-        # as on a real station: a GPU asked for by name, or every GPU, not in MIG mode is an
-        # error (exit 1), where a station with some GPUs in MIG mode lists the others' notes
-        first = skipped[0]
-        fail(f"GPU {first.entry.index}: {first.problem}", EXIT_FAILED)
+        # A real GPU lists its profiles only in MIG mode (nvidia-smi mig -lgip); a simulated
+        # one has its model's table whatever its mode: what it would offer is listed, as the
+        # planner plans on it, rather than an error for want of a mode nothing here can set.
+        note += " In MIG mode it would offer:"
+        found.append(_GpuProfiles(entry, profiles, places, True, plan.mig_mode, note))
     return found, skipped
 
 
 def _read_profiles(gpu: int | None) -> tuple[list[_GpuProfiles], list[_Skipped]]:
     """Each asked-for GPU's profiles; with no `--gpu`, GPUs not in MIG mode are skipped with
     the reason (an error only when none is in MIG mode)."""
-    from gpudesk.core.mig_layout import derive_placements
+    from gpudesk.core.mig_layout import MigError, derive_placements
     from gpudesk.hw.mig.manager import MigManager
     from gpudesk.hw.mig.nvidia_smi import MIG_MODE_KINDS, NvidiaSmiError
 
@@ -184,8 +189,14 @@ def _read_profiles(gpu: int | None) -> tuple[list[_GpuProfiles], list[_Skipped]]
             derived = derive_placements(profiles)
             places = {p.id: placements.get(p.id) or derived.get(p.id, ()) for p in profiles}
             found.append(_GpuProfiles(entry, profiles, places))
-        if not found and skipped:
+        if not found and len(skipped) == 1:
             raise skipped[0][1]
+        if not found and skipped:  # every GPU: said of each, not of the first alone
+            said = " ".join(f"GPU {e.index}: {exc}" for e, exc in skipped)
+            raise MigError(
+                f"no GPU here is in MIG mode, and nvidia-smi lists a GPU's profiles "
+                f"only in MIG mode. {said}"
+            )
     return found, [_Skipped(e, exc.kind.removeprefix("mig-"), str(exc)) for e, exc in skipped]
 
 
@@ -196,7 +207,8 @@ def _profiles_json(found: list[_GpuProfiles], skipped: list[_Skipped]) -> list[d
             "name": f.entry.name,
             "uuid": f.entry.uuid,
             "simulated": f.simulated,
-            "mig_mode": "enabled",
+            "mig_mode": f.mode,
+            **({"problem": f.note} if f.note else {}),
             "profiles": [
                 {
                     "id": p.id,
@@ -262,7 +274,8 @@ def _profiles_text(found: _GpuProfiles) -> str:
         for p in found.profiles
     ]
     table = _table(_PROFILE_HEADERS, rows, right=(0, 4, 5, 6, 7, 8, 9))
-    return _gpu_title(found.entry.index, found.entry.name, found.simulated) + "\n" + table
+    note = f"\n{_paragraph(found.note)}" if found.note else ""
+    return _gpu_title(found.entry.index, found.entry.name, found.simulated) + note + "\n" + table
 
 
 # -------------------------------------------------------------------------------- list

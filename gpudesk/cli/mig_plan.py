@@ -60,16 +60,17 @@ def _plan_text(plan: MigPlanView) -> str:
     lines.append(f"  current  {', '.join(plan.current) or 'no MIG instances'}")
     lines.append(f"  wanted   {', '.join(plan.wanted) or '-'}")
     if plan.slices:
-        rows = [
+        rows: list[tuple[object, ...]] = [
             (
                 s.profile,
                 gib(s.memory_mib),
                 s.job_id,
-                s.job_name + (" (held)" if s.job_held else ""),
+                s.job_name,
                 f"{gib(s.job_memory_mib)}, {s.job_sm_pct:.0f}% SM",
             )
             for s in plan.slices
         ]
+        rows += [(profile, "", "-", "(spare: for jobs to come)", "") for profile in plan.spare]
         lines.append(table(("SLICE", "MEMORY", "JOB", "NAME", "JOB NEEDS"), rows, right=(1, 2)))
     if plan.left_out:
         more = plan.left_out_total - len(plan.left_out)

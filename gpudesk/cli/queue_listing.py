@@ -88,7 +88,7 @@ def queue_rows(jobs: list[JobView], width: int | None, long: bool = False) -> st
             j.spec.priority,
             f"{j.attempts - j.attempts_before_requeue - j.preemptions}/{j.max_attempts}",
             j.spec.gpus,
-            render.duration(render.runtime(j.started_at, j.ended_at)),
+            render.duration(j.run_s()),
             *([j.exit_code] if ended else []),
             render.clock(j.submitted_at),
             where_or_why(j) or "-",

@@ -74,7 +74,7 @@ class Progress:
         unsaved = next((f"* {j.unsaved}" for j in shown if j.unsaved), None)
         caption = "\n".join(line for line in (more, unsaved) if line) or None
         ids = [str(j.id) for j in shown]
-        times = [render.duration(render.runtime(j.started_at, j.ended_at)) for j in shown]
+        times = [render.duration(j.run_s()) for j in shown]
         outputs = [render.last_line(j.log) if j.state == "running" else "" for j in shown]
         # each column as wide as its widest cell or its header, whichever is wider
         fixed = sum(

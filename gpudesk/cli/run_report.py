@@ -201,7 +201,7 @@ class RunReport:
                 j.name,
                 j.state,
                 j.attempts,
-                render.duration(render.runtime(j.started_at, j.ended_at)),
+                render.duration(j.run_s()),
                 j.exit_code,
                 render.energy_cell(j.usage.total_j, j.usage.estimate) if j.usage else None,
             )

@@ -140,6 +140,7 @@ class AttemptRecord:
             reason=self.reason,
             log=self.log_path,
             containment=containment,
+            suspended_s=self.suspended_s,
         )
 
 

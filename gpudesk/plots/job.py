@@ -76,7 +76,7 @@ def panels(detail: JobDetail) -> tuple[Span, list[Panel]]:
         when = "never started" if job.terminal else "has not started yet"
         raise NothingToPlot(f"nothing to plot: job {job.id} ({job.name}) {when}")
     if series is None or not any(points for _, points in _all(series)):
-        ran = render.duration(render.runtime(job.started_at, job.ended_at))
+        ran = render.duration(job.run_s())
         raise NothingToPlot(
             f"nothing to plot for job {job.id} ({job.name}): the engine stored no telemetry "
             f"for it (it ran {ran}; samples are taken every sample_interval while a job runs "

@@ -8,7 +8,7 @@ each idle MIG-mode GPU, in index order, the planner proposes the layout the wait
   would give it (the smallest that holds its memory and whose share of the SMs covers its SM
   demand, else the fastest), and the model's predicted rate for each (`interference.mig_rate`);
 - **carved**: the jobs the planned layout starts, each on the slice the planner made for it (the
-  room they leave is carved into spare slices for jobs to come, `planner.spare_profiles`, which
+  room they leave is carved into spare slices for jobs to come, the plan's `spare`, which
   the payoff does not count: a layout changes only while its GPU is idle);
 - the change keeps the GPU unusable for `RECONFIG_S` (draining is not needed: only an idle GPU
   is changed), and a layout serves the queue for at least `HORIZON_S` before the GPU is idle
@@ -23,7 +23,7 @@ Where the replay says some queued jobs would never start with the kept layout an
 carved one, the change is made whatever the rates say.
 Rates are in "GPUs' worth of work": a job alone on a whole GPU runs at 1. Each GPU claims the
 jobs of the layout it keeps or gets, so the next GPU plans for the rest. Held jobs cannot start,
-so they are left out here (the shown plan includes them).
+so they are left out here, as the shown plan gives them no slice.
 
 The engine (`MigControl.repartition_for_queue`) and the simulator (`--mig-repartition`) both
 call `choose_layouts`: the simulator judges the decision the engine makes.
@@ -46,7 +46,6 @@ from gpudesk.policy.mig_planner import (
     QueuedDemand,
     memory_mib,
     plan_gpu,
-    spare_profiles,
 )
 from gpudesk.policy.slice_choice import SliceOption, best_slice
 
@@ -164,8 +163,7 @@ class LayoutPayoff:
 @dataclass(frozen=True)
 class LayoutChoice:
     """An idle MIG-mode GPU's plan and its payoff; `payoff.planned` is the layout it would get
-    (the plan's slices for the queue, then spare ones for jobs to come:
-    `planner.spare_profiles`)."""
+    (the plan's slices for the queue, then spare ones for jobs to come: `MigPlan.spare`)."""
 
     plan: MigPlan
     payoff: LayoutPayoff
@@ -214,6 +212,33 @@ def carved_starts(
     )
 
 
+def auto_note(mig_repartition: bool, on_its_own: bool, policy: str) -> str:
+    """Said after auto's verdict on a plan (`mig_plan`'s `auto`) where auto would not act on it:
+    the station does not allow repartitioning, or its policy never repartitions on its own."""
+    if not mig_repartition:
+        return "; auto changes it only with [station] mig_repartition = true"
+    if not on_its_own:
+        return f"; the {policy} policy never changes a layout on its own"
+    return ""
+
+
+def auto_said(
+    choices: Sequence[LayoutChoice], plans: Sequence[MigPlan], note: str
+) -> dict[int, str]:
+    """Auto's verdict on each GPU's plan (`mig_plan`'s `auto`), by GPU index, `note` after it.
+    Auto weighs the plan shown, but where a GPU before this one keeps its own layout (its
+    change does not pay), that GPU claims the jobs its current slices start rather than those
+    of its plan, and auto plans this one for the jobs left: a layout other than the one shown,
+    which is then said as such rather than passed off as the shown plan's."""
+    shown = {plan.gpu: Counter(plan.wanted_profiles) for plan in plans if plan.wanted}
+    said = {}
+    for c in choices:
+        other = shown.get(c.payoff.gpu, Counter(c.payoff.planned)) != Counter(c.payoff.planned)
+        why = " (not the layout shown: it plans for the jobs the GPUs before it leave)"
+        said[c.payoff.gpu] = c.payoff.summary() + note + why * other
+    return said
+
+
 def choose_layouts(
     gpus: Sequence[GpuMigState],
     queue: Sequence[QueuedDemand],
@@ -241,10 +266,7 @@ def choose_layouts(
         plan = plan_gpu(
             gpu, left, repartition_allowed=True, simulated=simulated, commands_from=commands_from
         )
-        by_id = {p.id: p for p in gpu.profiles}
-        wanted = [by_id[s.profile_id] for s in plan.wanted]
-        spare = spare_profiles(gpu.profiles, gpu.placements, wanted) if wanted else []
-        layout = tuple(p.short_name for p in [*wanted, *spare]) or gpu.current
+        layout = tuple(plan.wanted_profiles) or gpu.current  # the slices, then the spare ones
         params = params_for(gpu.name)
         kept = kept_starts(gpu, left, params)
         if Counter(layout) == Counter(gpu.current):

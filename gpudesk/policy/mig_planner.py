@@ -10,7 +10,9 @@ hands it here with the queued single-GPU jobs' demands. For each GPU the planner
   or after an out-of-memory death, when it must run alone) is left to whole GPUs;
 - packs those slices in queue order into what the GPU can hold, as `layout.plan_layout` checks it
   (the hardware's placement rules), and stops at the first job that no longer fits, so no job is
-  overtaken by a later one;
+  overtaken by a later one; a held job is given none (it does not start until released);
+- carves the room those slices leave into spare slices for jobs to come (`spare_profiles`), so
+  the layout shown is the one `auto` would make (policy.mig_payoff) and `apply-plan` applies;
 - lists the nvidia-smi commands that applying the layout would run, as the driver renders them
   (`MigCommands`: gpudesk.hw.mig.manager.MigManager's dry-run path: destroy the compute and GPU
   instances, create the new ones with `-cgi ... -C`, read back `-L`);
@@ -51,6 +53,9 @@ from gpudesk.units import MIB_PER_GIB
 SLICE_HEADROOM_MIB = RESERVE_MIB
 FULL_GPU_PCT = 100.0
 MAX_LEFT_OUT_LISTED = 20  # a plan names at most this many queued jobs it gives no slice
+# A held job does not wait for room: it waits for its release, and a slice made for it meanwhile
+# would sit idle (`auto` weighs only the jobs that can start: policy.mig_payoff).
+HELD_REASON = "held: it starts only once released, so no slice is planned for it"
 
 # Why a plan cannot be applied (MigPlan.blockers), most fundamental first.
 BLOCKED_MIG_MODE = "mig-mode"  # MIG mode is off or pending a reset: the user must act
@@ -130,7 +135,7 @@ def mig_candidates(
     queue: JobQueue, demands: DemandHistory, whole_gpus: bool = True
 ) -> list[QueuedDemand]:
     """The queued single-GPU jobs a MIG slice could take (`mig_candidate`), in placement order,
-    held ones included (hold a sweep, repartition for it, release it)."""
+    held ones included: a plan names them as held and gives them no slice (`pack_queue`)."""
     candidates = (
         mig_candidate(job, demands.of(job), demands.typical_run_s(job), whole_gpus)
         for job in queue.ordered()
@@ -208,7 +213,6 @@ class WantedSlice:
     job_name: str
     job_memory_mib: float
     job_sm_pct: float
-    job_held: bool = False
 
 
 @dataclass(frozen=True)
@@ -233,7 +237,8 @@ class MigPlan:
     mig_mode: str
     simulated: bool
     current: tuple[str, ...]
-    wanted: tuple[WantedSlice, ...]
+    wanted: tuple[WantedSlice, ...]  # the slices for queued jobs
+    spare: tuple[str, ...]  # then slices for jobs to come, in the room they leave
     left_out: tuple[LeftOut, ...]
     left_out_total: int
     commands: tuple[str, ...]  # shell lines, in the order applying runs them
@@ -251,7 +256,8 @@ class MigPlan:
 
     @property
     def wanted_profiles(self) -> list[str]:
-        return [s.profile for s in self.wanted]
+        """The whole layout the plan makes: the queued jobs' slices, then the spare ones."""
+        return [s.profile for s in self.wanted] + list(self.spare)
 
     @property
     def reason(self) -> str | None:
@@ -269,8 +275,10 @@ class MigPlan:
             simulated=self.simulated,
             current=list(self.current),
             wanted=self.wanted_profiles,
-            # each slice is for one job; "jobs" lists it as the MIG screen reads it
-            slices=[PlanSlice(**asdict(s), jobs=[s.job_id]) for s in self.wanted],
+            # each slice is for one job; "jobs" lists it as the MIG screen reads it. A held job
+            # is given no slice (pack_queue): job_held stays in the wire for older clients.
+            slices=[PlanSlice(**asdict(s), job_held=False, jobs=[s.job_id]) for s in self.wanted],
+            spare=list(self.spare),
             left_out=[PlanLeftOut(**asdict(j)) for j in self.left_out],
             left_out_total=self.left_out_total,
             commands=list(self.commands),
@@ -345,14 +353,18 @@ def pack_queue(
     queue: Sequence[QueuedDemand],
 ) -> tuple[list[tuple[QueuedDemand, GiProfile]], list[LeftOut], int]:
     """The slices for the queue, in queue order, as many as the GPU holds: (job, profile) pairs,
-    the jobs left out (at most MAX_LEFT_OUT_LISTED of them) and how many were left out."""
+    the jobs left out (at most MAX_LEFT_OUT_LISTED of them) and how many were left out. A held
+    job is left out, so said: it does not start until released, so a slice made for it would
+    sit idle (and `auto`, which weighs only jobs that can start, would not make it)."""
     chosen: list[tuple[QueuedDemand, GiProfile]] = []
     left_out: list[LeftOut] = []
     total_left_out = 0
     full = False
     for job in queue:
         reason = None
-        if full:
+        if job.held:
+            reason = HELD_REASON
+        elif full:
             reason = "queued behind a job that no longer fits on this GPU"
         elif (profile := smallest_fitting_profile(profiles, job.memory_mib, sm_of(job))) is None:
             reason = (
@@ -433,17 +445,17 @@ def plan_gpu(
             job.name,
             job.memory_mib,
             job.sm_pct,
-            job.held,
         )
         for job, p in chosen
     )
-    wanted_names = [s.profile for s in wanted]
+    spare = spare_profiles(gpu.profiles, gpu.placements, [p for _, p in chosen]) if chosen else []
+    wanted_names = [s.profile for s in wanted] + [p.short_name for p in spare]
     unchanged = not wanted or Counter(wanted_names) == Counter(gpu.current)
     commands: tuple[str, ...] = ()
     if not unchanged:
         argvs = commands_from.plan_apply_to(
             gpu.index,
-            [str(s.profile_id) for s in wanted],
+            [str(s.profile_id) for s in wanted] + [str(p.id) for p in spare],
             gpu.profiles,
             gpu.placements,
             gpu_instances=gpu.has_gpu_instances,
@@ -476,6 +488,7 @@ def plan_gpu(
         simulated=simulated,
         current=gpu.current,
         wanted=wanted,
+        spare=tuple(p.short_name for p in spare),
         left_out=tuple(left_out),
         left_out_total=left_out_total,
         commands=commands,
@@ -521,12 +534,14 @@ def plan_station(
     commands_from: MigCommands,
 ) -> list[MigPlan]:
     """A plan per GPU, in index order. The GPUs that could take a new layout now (MIG mode on,
-    idle) plan first, in index order, each claiming the jobs its plan gives a slice; the others
-    plan for the jobs those left."""
+    idle) plan first, in index order, then the others, in index order; each claims the jobs its
+    plan gives a slice and the next plans for the jobs left, so no job is given a slice on two
+    GPUs (a job runs on one)."""
     plans = {}
     left = list(queue)
-    ready = [g for g in sorted(gpus, key=lambda g: g.index) if g.mig_enabled and g.idle]
-    for gpu in ready:
+    by_index = sorted(gpus, key=lambda g: g.index)
+    ready = [g for g in by_index if g.mig_enabled and g.idle]
+    for gpu in [*ready, *(g for g in by_index if g not in ready)]:
         plan = plan_gpu(
             gpu,
             left,
@@ -537,15 +552,6 @@ def plan_station(
         plans[gpu.index] = plan
         claimed = {s.job_id for s in plan.wanted}
         left = [job for job in left if job.job_id not in claimed]
-    for gpu in gpus:
-        if gpu.index not in plans:
-            plans[gpu.index] = plan_gpu(
-                gpu,
-                left,
-                repartition_allowed=repartition_allowed,
-                simulated=simulated,
-                commands_from=commands_from,
-            )
     return [plans[index] for index in sorted(plans)]
 
 

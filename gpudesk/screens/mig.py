@@ -62,6 +62,8 @@ def render_plans(plans: list[MigPlanView] | None, error: str | None) -> Text:
         for slot in plan.slices:
             jobs = ", ".join(f"j{j}" for j in slot.jobs)
             text.append(f"\n  {slot.profile}: {jobs or '-'}", style="dim")
+        for profile in plan.spare:
+            text.append(f"\n  {profile}: spare, for jobs to come", style="dim")
         if plan.auto:
             text.append(f"\n  auto: {plan.auto}", style="dim")
         _queue_time(text, plan)

@@ -21,7 +21,7 @@ from gpudesk.api import (
     StationInfo,
     StationStatus,
 )
-from gpudesk.render import runtime, since
+from gpudesk.render import since
 from gpudesk.screens.feed import Frame
 
 SERIES_POINTS = 120  # samples kept per series (2 minutes at the default 1 s interval)
@@ -227,5 +227,5 @@ def sharing_mode(job: JobView, state: DeskState) -> str:
 
 
 def job_runtime(job: JobView, now: float | None = None) -> float | None:
-    """Seconds a job has run: until it ended, else until `now` (default: this moment)."""
-    return runtime(job.started_at, job.ended_at, now)
+    """Seconds a job has run, its time suspended left out (`JobView.run_s`)."""
+    return job.run_s(now)

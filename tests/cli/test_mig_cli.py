@@ -269,7 +269,10 @@ def test_mig_not_enabled_tells_the_enable_command(smi: FakeSmi, gpudesk: Run) ->
 def test_profiles_and_list_without_mig(smi: FakeSmi, gpudesk: Run) -> None:
     smi.write(a100(mig_mode="disabled"), a100(mig_mode="pending", uuid="GPU-2"))
     code, _, err = gpudesk("mig", "profiles")
-    assert code == 1 and "sudo nvidia-smi -i 0 -mig 1" in err
+    said = " ".join(err.split())
+    assert code == 1 and "sudo nvidia-smi -i 0 -mig 1" in said
+    # every GPU is said, not the first alone, and why nothing is listed
+    assert "no GPU here is in MIG mode" in said and "GPU 1:" in said and "-i 1 -r" in said
     code, out, _ = gpudesk("mig", "list", "--json")
     assert code == 0
     assert [g["mig_mode"] for g in json.loads(out)["gpus"]] == ["disabled", "pending"]
@@ -390,7 +393,8 @@ def test_profiles_and_list_on_a_simulated_station(
         code, out, err = gpudesk("mig", "profiles")
         assert code == 0, err
         assert "GPU 3: NVIDIA A100-SXM4-40GB  [SIMULATED]" in out
-        row = next(line for line in out.splitlines() if " 3g.20gb " in line)
+        gpu3 = out.split("GPU 3: ")[1]  # GPU 0-2 list what they would offer: 2/2 free
+        row = next(line for line in gpu3.splitlines() if " 3g.20gb " in line)
         assert row.split()[:3] == ["9", "3g.20gb", "1/2"] and row.endswith("{0,4}:4")
         assert "GPU 0: NVIDIA A100-SXM4-40GB  [SIMULATED]\n  MIG disabled (SIMULATED)." in out
         # no nvidia-smi to run and no GPU to reset: the station's mig table is the switch
@@ -403,8 +407,10 @@ def test_profiles_and_list_on_a_simulated_station(
         assert (rows["7g.40gb"]["free"], rows["1g.5gb"]["free"]) == (0, 3)  # 1g: at 4, 5, 6
         code, _, err = gpudesk("mig", "profiles", "--gpu", "9")
         assert code == 2 and "GPU 9 is not a MIG-capable GPU" in err
-        code, out, err = gpudesk("mig", "profiles", "--gpu", "0")  # as a real GPU 0: exit 1
-        assert code == 1 and "GPU 0: MIG disabled (SIMULATED)" in err and not out, (out, err)
+        code, out, err = gpudesk("mig", "profiles", "--gpu", "0")  # what it would offer
+        assert code == 0 and "MIG disabled (SIMULATED)" in out and not err, (out, err)
+        row = next(line for line in out.splitlines() if " 3g.20gb " in line)
+        assert row.split()[:3] == ["9", "3g.20gb", "2/2"]
 
         code, out, err = gpudesk("mig", "list")
         assert code == 0, err
@@ -472,19 +478,31 @@ def test_the_mig_mode_is_read_once_for_every_gpus_profiles(smi: FakeSmi, gpudesk
     assert mode_reads() == 2
 
 
-def test_profiles_on_a_simulated_station_with_no_gpu_in_mig_mode_fail_as_a_real_one(
+def test_profiles_on_a_simulated_station_with_no_gpu_in_mig_mode_list_what_each_would_offer(
     home: Home, gpudesk: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every simulated GPU's MIG off: `mig profiles` exits 1 with the first GPU's note, as
-    nvidia-smi's "not enabled" makes it on a real station; `mig list` still lists them (0)."""
+    """Every simulated GPU's MIG off: `mig profiles` lists each GPU, its mode and how to turn
+    it on, and the profiles its model offers in MIG mode (all free), exit 0: it failed on GPU 0
+    alone. `mig list` lists them too (0)."""
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv("GPUDESK_NVIDIA_SMI", raising=False)
     engine = EngineHandle(home)
     engine.start(backend="sim:dgx-station-a100", sample_interval=0.2)
     try:
         code, out, err = gpudesk("mig", "profiles")
-        assert code == 1 and not out, (out, err)
-        assert "GPU 0: MIG disabled (SIMULATED)" in err and "Traceback" not in err
+        assert code == 0 and not err, (out, err)
+        said = " ".join(out.split())
+        for gpu in range(4):
+            assert f"GPU {gpu}: NVIDIA A100-SXM4-40GB [SIMULATED] MIG disabled (SIMULATED)" in said
+            assert f'mig = {{ {gpu} = "3g.20gb,3g.20gb" }} under [station]' in said
+        assert said.count("In MIG mode it would offer:") == 4
+        assert len([line for line in out.splitlines() if " 7g.40gb " in line]) == 4
+        code, out, _ = gpudesk("mig", "profiles", "--json")
+        gpus = json.loads(out)["gpus"]
+        assert [g["mig_mode"] for g in gpus] == ["disabled"] * 4
+        assert all("[station]" in g["problem"] for g in gpus)
+        rows = {p["name"]: p for p in gpus[0]["profiles"]}
+        assert (rows["7g.40gb"]["free"], rows["1g.5gb"]["free"]) == (1, 7)
         code, out, err = gpudesk("mig", "list")
         assert code == 0 and "GPU 3: NVIDIA A100-SXM4-40GB" in out, err
     finally:

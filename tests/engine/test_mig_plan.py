@@ -120,7 +120,10 @@ def test_the_plan_shows_the_layout_the_queue_wants(locked_station: Station, gpud
     gpu0 = plans[0]
     assert [b.code for b in gpu0.blockers] == ["mig-mode", "busy", "config"]
     assert "sudo nvidia-smi -i 0 -mig 1" in gpu0.enable_hint
-    assert gpu0.running_jobs == [station.heavy[0]] and gpu0.wanted == ["3g.20gb"]
+    assert gpu0.running_jobs == [station.heavy[0]]
+    assert [s.job_id for s in gpu0.slices] == [station.e]
+    assert gpu0.wanted == ["3g.20gb", "3g.20gb"] and gpu0.spare == ["3g.20gb"]
+    assert plans[1].slices == plans[2].slices == []  # job e is GPU 0's: a job runs on one GPU
     assert client.mig_plan(3).plans == [gpu3]
 
     code, out, _ = gpudesk("mig", "plan", "--gpu", "3")
@@ -223,6 +226,43 @@ def test_auto_repartitions_an_idle_mig_gpu_when_it_pays(home: Home, gpudesk: Run
         assert code == 0 and "GPU 3 repartitioned for it" in said and "a 3g.20gb slice" in said
     finally:
         station.engine.client.close()
+
+
+def test_the_printed_plan_its_commands_auto_and_json_agree(home: Home, gpudesk: Run) -> None:
+    """The walk-through: GPU 3 in MIG mode (3g.20gb,2g.10gb,2g.10gb), the station drained so
+    the queue stays as it is, 4, 4, 8 and 15 GB jobs queued and a held one behind them. The
+    printed plan, its -cgi line, its auto line and --json name one layout, the room left
+    carved into a spare 1g.5gb (as auto carves it); the held job is said held; no job is given
+    a slice on two GPUs."""
+    engine = EngineHandle(home)
+    engine.start(backend="sim:dgx-station-a100", mig={"3": "3g.20gb,2g.10gb,2g.10gb"})
+    try:
+        engine.api.drain("a test: the queue stays as it is")
+        jobs = [
+            {"name": f"j{i}", "command": SLEEP, "gpus": 1, "memory_gb": memory, "sm_pct": 20}
+            for i, memory in enumerate((4, 4, 8, 15))
+        ]
+        *ids, held = engine.submit(*jobs, {**jobs[0], "name": "later"})
+        engine.api.hold([held])
+        layout = ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"]
+        code, out, _ = gpudesk("mig", "plan", "--json")
+        plans = json.loads(out)["plans"]
+        gpu3 = plans[3]
+        assert code == 0 and gpu3["wanted"] == layout and gpu3["spare"] == ["1g.5gb"]
+        assert [s["job_id"] for s in gpu3["slices"]] == ids[:3]
+        assert f"-> {', '.join(layout)}:" in gpu3["auto"]
+        assert "not the layout shown" not in gpu3["auto"]
+        given = [s["job_id"] for p in plans for s in p["slices"]]
+        assert len(given) == len(set(given)) and held not in given, given
+        code, out, _ = gpudesk("mig", "plan")
+        said = " ".join(out.split())
+        assert code == 0 and f"wanted {', '.join(layout)}" in said
+        assert "nvidia-smi mig -i 3 -cgi 14,14,14,19 -C" in said
+        assert f"auto: GPU 3: 3g.20gb, 2g.10gb, 2g.10gb -> {', '.join(layout)}:" in said
+        assert f"job {held} later: held: it starts only once released" in said
+        assert "1g.5gb - (spare: for jobs to come)" in said
+    finally:
+        engine.client.close()
 
 
 # ------------------------------------------------------------------------ a real station

@@ -166,6 +166,55 @@ def test_the_time_limit_does_not_count_suspended_time(engine: EngineHandle, tmp_
     assert ended.ended_at is not None and ended.ended_at - started >= 3.0
 
 
+def queue_time(job_id: int, *args: str) -> str:
+    """`gpudesk queue`'s TIME for the job (no cell before it holds a space)."""
+    header, *rows = gpudesk("queue", *args).stdout.splitlines()
+    row = next(line.split() for line in rows if line.split()[:1] == [str(job_id)])
+    return row[header.split().index("TIME")]
+
+
+def show_time(job_id: int) -> str:
+    """`gpudesk show`'s `time`."""
+    words = gpudesk("show", str(job_id)).stdout.split()
+    return words[words.index("time") + 1]
+
+
+def test_time_is_the_run_time_without_the_suspended_spells(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """As squeue's TIME and the time limit count it: a job that ran about 1 s and then sat
+    suspended 3 s shows what it ran, in `queue`, `show` and the desk's figure (JobView.run_s),
+    not 4 s; resumed, it counts on; ended, its time leaves out every spell it was suspended."""
+    from gpudesk.render import duration
+
+    job, count = counting(tmp_path)
+    job_id, pgid = running_job(engine, job, count)
+    time.sleep(1.0)
+    engine.api.suspend([job_id])
+    wait_for(lambda: states(pgid) == {"T"}, what="the job to be stopped")
+    view = engine.job(job_id)
+    assert view.started_at is not None and view.suspended_at is not None
+    ran = view.suspended_at - view.started_at
+    time.sleep(3.0)
+    assert view.run_s() == pytest.approx(ran) and ran < 3.0
+    assert queue_time(job_id) == show_time(job_id) == duration(ran)
+
+    engine.api.resume([job_id])
+    wait_for(lambda: read_count(count) > 0 and states(pgid) != {"T"}, what="it to go on")
+    resumed = engine.job(job_id)
+    assert resumed.suspended_s >= 3.0  # the spell it was resumed from, kept for its time limit
+    engine.api.cancel([job_id], grace=5)
+    ended = engine.wait_state(job_id, "cancelled")
+    assert ended.ended_at is not None and ended.suspended_s == resumed.suspended_s
+    run = ended.ended_at - ended.started_at - ended.suspended_s
+    assert ended.ended_at - ended.started_at >= 4.0 and run < 3.0
+    assert queue_time(job_id, "--all") == show_time(job_id) == duration(run)
+    listed = json.loads(gpudesk("queue", "--all", "--json").stdout)["jobs"]
+    assert [j["suspended_s"] for j in listed if j["id"] == job_id] == [ended.suspended_s]
+    (attempt,) = engine.show(job_id).attempts
+    assert attempt.suspended_s == ended.suspended_s
+
+
 def test_an_engine_restart_keeps_a_job_suspended(engine: EngineHandle, tmp_path: Path) -> None:
     job, count = counting(tmp_path)
     job_id, pgid = running_job(engine, job, count)

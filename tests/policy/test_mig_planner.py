@@ -17,11 +17,14 @@ from gpudesk.core.station import StationConfig
 from gpudesk.core.wire.base import to_builtins
 from gpudesk.hw.mig import nvidia_smi
 from gpudesk.hw.mig.manager import MigManager
+from gpudesk.policy.interference import DEFAULT_PARAMS
+from gpudesk.policy.mig_payoff import choose_layouts
 from gpudesk.policy.mig_planner import (
     BLOCKED_BUSY,
     BLOCKED_BY_CONFIG,
     BLOCKED_MIG_MODE,
     BLOCKED_NOTHING_TO_CHANGE,
+    HELD_REASON,
     SLICE_HEADROOM_MIB,
     GpuMigState,
     MigPlan,
@@ -179,29 +182,33 @@ def test_a_plan_the_engine_may_apply() -> None:
         [job(7, 8, 20), job(8, 16, 40, held=True), job(9, 2, 5)],
     )
     assert result.allowed and result.blockers == () and result.reason is None
-    assert result.wanted_profiles == ["2g.10gb", "3g.20gb", "1g.5gb"]
-    assert [(s.job_id, s.job_held) for s in result.wanted] == [(7, False), (8, True), (9, False)]
+    # the held job 8 is given no slice; the room the others leave is carved into spare ones
+    assert result.wanted_profiles == ["2g.10gb", "1g.5gb", "2g.10gb", "1g.5gb", "1g.5gb"]
+    assert [s.job_id for s in result.wanted] == [7, 9]
+    assert result.spare == ("2g.10gb", "1g.5gb", "1g.5gb")
     # MigManager's own dry-run path: destroy what is there, largest first, then read back
     assert result.commands == (
         "nvidia-smi mig -i 3 -dci",
         "nvidia-smi mig -i 3 -dgi",
-        "nvidia-smi mig -i 3 -cgi 9,14,19 -C",
+        "nvidia-smi mig -i 3 -cgi 14,14,19,19,19 -C",
         "nvidia-smi -L",
     )
     data = to_builtins(result.view())
-    assert data["wanted"] == ["2g.10gb", "3g.20gb", "1g.5gb"]
-    assert data["slices"][1] == {
-        "profile": "3g.20gb",
-        "profile_id": 9,
-        "memory_mib": pytest.approx(19.62 * GIB),
-        "compute_slices": 3,
-        "job_id": 8,
-        "job_name": "job8",
-        "job_memory_mib": 16 * GIB,
-        "job_sm_pct": 40,
-        "job_held": True,
-        "jobs": [8],
+    assert data["wanted"] == ["2g.10gb", "1g.5gb", "2g.10gb", "1g.5gb", "1g.5gb"]
+    assert data["spare"] == ["2g.10gb", "1g.5gb", "1g.5gb"]
+    assert data["slices"][0] == {
+        "profile": "2g.10gb",
+        "profile_id": 14,
+        "memory_mib": pytest.approx(9.75 * GIB, abs=0.01 * GIB),
+        "compute_slices": 2,
+        "job_id": 7,
+        "job_name": "job7",
+        "job_memory_mib": 8 * GIB,
+        "job_sm_pct": 20,
+        "job_held": False,
+        "jobs": [7],
     }
+    assert data["left_out"] == [{"job_id": 8, "job_name": "job8", "reason": HELD_REASON}]
     assert (data["allowed"], data["mig_enabled"], data["current"]) == (
         True,
         True,
@@ -210,19 +217,20 @@ def test_a_plan_the_engine_may_apply() -> None:
 
 
 def test_a_gpu_without_instances_is_not_cleared_first() -> None:
-    result = plan(a100(0), [job(1, 12, 40)])
-    assert result.commands == ("nvidia-smi mig -i 0 -cgi 9 -C", "nvidia-smi -L")
+    result = plan(a100(0), [job(1, 12, 40)])  # its 3g.20gb, and a spare one beside it
+    assert result.commands == ("nvidia-smi mig -i 0 -cgi 9,9 -C", "nvidia-smi -L")
 
 
 def test_the_station_config_must_allow_it() -> None:
     result = plan(a100(0), [job(1, 12, 40)], allowed=False)
     assert codes(result) == [BLOCKED_BY_CONFIG] and not result.allowed
     assert "mig_repartition = true" in (result.reason or "")
-    assert result.wanted_profiles == ["3g.20gb"] and result.commands  # still shown
+    assert result.wanted_profiles == ["3g.20gb", "3g.20gb"] and result.commands  # still shown
 
 
 def test_nothing_to_change_when_the_gpu_has_the_layout_already() -> None:
-    result = plan(a100(0, current=("1g.5gb", "3g.20gb")), [job(1, 2, 10), job(2, 12, 40)])
+    current = ("1g.5gb", "3g.20gb", "1g.5gb", "1g.5gb", "1g.5gb")  # with its spare slices
+    result = plan(a100(0, current=current), [job(1, 2, 10), job(2, 12, 40)])
     assert codes(result) == [BLOCKED_NOTHING_TO_CHANGE] and result.commands == ()
     assert "already has this layout" in (result.reason or "")
 
@@ -249,7 +257,7 @@ def test_a_simulated_gpu_not_in_mig_mode_still_shows_what_it_would_want() -> Non
     profiles, placements = simulated_profiles(A100_SXM4_40GB, 1)
     gpu = GpuMigState(1, A100_SXM4_40GB.name, "disabled", profiles, placements)
     result = plan(gpu, [job(1, 8, 20)], simulated=True)
-    assert result.wanted_profiles == ["2g.10gb"] and result.simulated
+    assert [s.profile for s in result.wanted] == ["2g.10gb"] and result.simulated
     assert codes(result) == [BLOCKED_MIG_MODE]
     assert "[station] mig" in (result.reason or "") and result.enable_hint
 
@@ -281,6 +289,60 @@ def test_gpus_that_can_take_a_layout_now_claim_their_jobs_first() -> None:
     assert [s.job_id for s in first.wanted] == [1, 2]
     assert [s.job_id for s in second.wanted] == [3, 4]
     assert [s.job_id for s in busy.wanted] == [5]  # a busy GPU plans for what is left
+
+
+def test_the_plan_is_the_layout_auto_would_make_spare_slices_included() -> None:
+    """GPU 3 of the walk-through: 3g.20gb,2g.10gb,2g.10gb, with 4, 4, 8 and 15 GiB jobs queued.
+    Three 2g.10gb slices leave a compute slice, which auto carves into a spare 1g.5gb: the
+    plan's wanted layout, its -cgi line and auto's layout are that one layout."""
+    gpu = a100(3, current=("3g.20gb", "2g.10gb", "2g.10gb"))
+    queue = [job(1, 4, 20), job(2, 4, 20), job(3, 8, 20), job(4, 15, 30)]
+    result = plan(gpu, queue)
+    layout = ["2g.10gb", "2g.10gb", "2g.10gb", "1g.5gb"]
+    assert result.wanted_profiles == layout and result.spare == ("1g.5gb",)
+    assert [s.job_id for s in result.wanted] == [1, 2, 3]
+    assert "nvidia-smi mig -i 3 -cgi 14,14,14,19 -C" in result.commands
+    (choice,) = choose_layouts(
+        [gpu],
+        queue,
+        lambda _name: DEFAULT_PARAMS,
+        simulated=False,
+        commands_from=MigManager("nvidia-smi"),
+    )
+    assert list(choice.payoff.planned) == layout == result.view().wanted
+    assert f"-> {', '.join(layout)}:" in choice.payoff.summary()
+
+
+def test_a_held_job_is_said_held_not_queued_behind() -> None:
+    """A held job waits for its release, not for room: it is given no slice, and said so,
+    wherever it stands in the queue (here behind a job that no longer fits)."""
+    queue = [job(1, 30, 90), job(2, 30, 90), job(3, 4, 10, held=True), job(4, 2, 5)]
+    result = plan(a100(0), queue)
+    assert [s.job_id for s in result.wanted] == [1]
+    reasons = {j.job_id: j.reason for j in result.left_out}
+    assert reasons[3] == HELD_REASON and "held" not in reasons[4]
+    assert reasons[4] == "queued behind a job that no longer fits on this GPU"
+    early = plan(a100(0), [job(5, 4, 10, held=True), job(6, 4, 10)])
+    assert [s.job_id for s in early.wanted] == [6]
+    assert [(j.job_id, j.reason) for j in early.left_out] == [(5, HELD_REASON)]
+
+
+def test_no_job_is_given_a_slice_on_two_gpus() -> None:
+    """A station with no GPU in MIG mode (simulated: each still plans on its model's table):
+    each queued job is planned on one GPU at most, GPUs in index order."""
+    profiles, placements = simulated_profiles(A100_SXM4_40GB, 0)
+    gpus = [GpuMigState(i, A100_SXM4_40GB.name, "disabled", profiles, placements) for i in range(4)]
+    queue = [job(i, 16, 50) for i in range(10, 16)]  # each takes a GPU's whole 7g.40gb
+    plans = plan_station(
+        gpus,
+        queue,
+        repartition_allowed=False,
+        simulated=True,
+        commands_from=MigManager("nvidia-smi"),
+    )
+    given = [[s.job_id for s in p.wanted] for p in plans]
+    assert given == [[10], [11], [12], [13]]
+    assert [j.job_id for j in plans[3].left_out] == [14, 15]
 
 
 # ------------------------------------------------------------------------- simulated models

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Literal, TypeAlias
 
@@ -175,6 +176,9 @@ class JobView(WireModel, frozen=True):
     preemptions: int = 0
     # a suspended job (state `suspended`, `gpudesk suspend`): when it was suspended
     suspended_at: float | None = None
+    # the seconds its current (or last) attempt spent suspended before `suspended_at` (the
+    # store's attempts.suspended_s, the figure its time limit leaves out): `run_s` leaves it out
+    suspended_s: float = 0.0
     # a job running on the station: how long it has left, and where that came from
     # (gpudesk.policy.remaining; a job on Slurm has none)
     remaining: RemainingView | None = None
@@ -187,6 +191,11 @@ class JobView(WireModel, frozen=True):
     @property
     def terminal(self) -> bool:
         return self.state in ("succeeded", "failed", "cancelled")
+
+    def run_s(self, now: float | None = None) -> float | None:
+        """How long its current (or last) attempt has run (squeue's TIME; `queue`, `show`, the
+        desk): `run_seconds`."""
+        return run_seconds(self.started_at, self.ended_at, self.suspended_s, self.suspended_at, now)
 
     @property
     def state_detail(self) -> str | None:
@@ -321,6 +330,30 @@ class AttemptView(WireModel, frozen=True):
     # which is missing and why), or "process group only: why" (a cancel or its end cannot reach
     # a process that left the group); absent until its wrapper has started
     containment: str | None = None
+    suspended_s: float = 0.0  # the seconds it spent suspended, its current suspension not counted
+
+    def run_s(self, suspended_at: float | None = None, now: float | None = None) -> float | None:
+        """How long it has run (`run_seconds`); `suspended_at`: its job's, while suspended."""
+        return run_seconds(self.started_at, self.ended_at, self.suspended_s, suspended_at, now)
+
+
+def run_seconds(
+    started: float | None,
+    ended: float | None,
+    suspended_s: float,
+    suspended_at: float | None,
+    now: float | None = None,
+) -> float | None:
+    """An attempt's run time, its time suspended left out, as squeue's TIME and its time limit
+    count it (LiveAttempt.elapsed_s): from its start until it ended, was suspended (it is now),
+    or `now` (default this moment), less `suspended_s`, its suspensions before. None: never
+    started."""
+    if started is None:
+        return None
+    end = ended or (time.time() if now is None else now)
+    if suspended_at is not None:
+        end = min(end, suspended_at)
+    return max(0.0, end - started - suspended_s)
 
 
 class EventView(WireModel, frozen=True):

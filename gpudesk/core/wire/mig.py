@@ -18,7 +18,7 @@ class PlanSlice(WireModel, frozen=True):
     job_name: str
     job_memory_mib: float
     job_sm_pct: float
-    job_held: bool
+    job_held: bool  # always false: a held job is given no slice (kept for older clients)
     jobs: list[int]
 
 
@@ -70,7 +70,7 @@ class MigPlanView(WireModel, frozen=True):
     mig_enabled: bool
     simulated: bool
     current: list[str]
-    wanted: list[str]
+    wanted: list[str]  # the whole layout: `slices`' profiles, then `spare`
     slices: list[PlanSlice]
     left_out: list[PlanLeftOut]
     left_out_total: int
@@ -81,6 +81,8 @@ class MigPlanView(WireModel, frozen=True):
     enable_hint: str | None
     running_jobs: list[int]
     auto: str | None = None  # what auto's own repartitioning predicts of it now, if it weighs it
+    # the slices for jobs to come, carved from the room the jobs' slices leave (in `wanted` too)
+    spare: list[str] = []
     # the queue's drain time with the layout against the whole GPU (null: nothing to weigh)
     queue_time: QueueTimeView | None = None
 

@@ -66,6 +66,7 @@ class JobPart:
     slurm: SlurmJobView | None = None
     remaining: RemainingView | None = None
     unsaved: str | None = None
+    suspended_s: float = 0.0  # its last attempt's seconds suspended (JobView.suspended_s)
 
 
 class JobsView(Protocol):

@@ -133,6 +133,7 @@ class ListingRequests(Requests):
             attempts_before_requeue=job.attempts_before_requeue,
             preemptions=job.preemptions,
             suspended_at=job.suspended_at,
+            suspended_s=part.suspended_s,
             user=job.user,
             uid=job.owner.uid,
             spec=spec,

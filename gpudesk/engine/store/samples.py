@@ -51,6 +51,13 @@ class SampleTables(StoreConnection):
             found.setdefault(job_id, []).append({"attempt": number, **json.loads(usage)})
         return found
 
+    def suspended_s(self, job_ids: Sequence[int]) -> dict[int, float]:
+        """Each job's last attempt's seconds suspended, where it has any (JobView.suspended_s)."""
+        marks = ",".join("?" * len(job_ids))
+        sql = "SELECT a.job_id, a.suspended_s FROM attempts a JOIN jobs j ON j.id = a.job_id AND "
+        sql += f"a.number = j.attempts WHERE a.suspended_s > 0 AND a.job_id IN ({marks})"
+        return dict(self._conn.execute(sql, list(job_ids)).fetchall())
+
     def allocations(
         self, job_ids: Sequence[int], now: float
     ) -> dict[int, tuple[str | None, float]]:

@@ -63,6 +63,7 @@ class LocalView:
         self.learning = scheduler.learning
         queued = [job.id for job in jobs if job.state is JobState.QUEUED]
         self.codes = scheduler.wait_codes(queued) if queued else {}
+        self.suspended = store.suspended_s([job.id for job in jobs if job.attempts])
 
     def fields(self, job: JobRecord) -> JobPart:
         # home.attempt_dir's path, joined as text: pathlib's joins were a quarter of the time a
@@ -70,9 +71,9 @@ class LocalView:
         log = (
             f"{self.jobs_root}/{job.id}/{job.attempts}/{runner.LOG_FILE}" if job.attempts else None
         )
-        live = self.live.get(job.id)
+        live, suspended_s = self.live.get(job.id), self.suspended.get(job.id, 0.0)
         if live is None:
-            return JobPart(log=log)
+            return JobPart(log=log, suspended_s=suspended_s)
         remaining = None
         if job.state is JobState.RUNNING:  # (a suspended job's rate says nothing now)
             r = self.learning.remaining(live)
@@ -93,6 +94,7 @@ class LocalView:
             pgid=live.pid,  # the attempt's process group, while it runs
             log=log,
             remaining=remaining,
+            suspended_s=suspended_s,
         )
 
     def wait_code(self, job: JobRecord) -> str | None:

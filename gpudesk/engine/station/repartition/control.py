@@ -28,7 +28,7 @@ from gpudesk.engine.station.repartition.station import (
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
 from gpudesk.policy.interference import ModelParams
-from gpudesk.policy.mig_payoff import choose_layouts
+from gpudesk.policy.mig_payoff import auto_note, auto_said, choose_layouts
 from gpudesk.policy.mig_planner import GpuMigState, MigPlan, QueuedDemand
 from gpudesk.policy.mig_queue_time import layout_drain, queue_times
 from gpudesk.policy.simulator import Simulation
@@ -93,16 +93,11 @@ class MigControl:
         self.params_for = params_for
 
     def plans(self, gpu: int | None) -> Callable[[], list[PlanAndPredictions]]:
-        """The MIG plan of one or every MIG-capable GPU, each with what `auto`'s own
-        repartitioning makes of it now (policy.mig_payoff; None for a GPU it would not
-        weigh: busy, not in MIG mode, or nothing queued) and the queue's predicted drain time
-        with the plan's layout against the whole GPU (policy.mig_queue_time; None: nothing to
-        weigh). Raises MigError.
-
-        Reading the GPUs and planning run here, on the loop; what is returned is the rest: the
-        replays of the queue (payoff and drain time; about 0.4 s for 4 GPUs with a long queue),
-        to run off the loop. It holds its own copies of the queue, the GPUs and the model's
-        parameters, and touches nothing of the engine's."""
+        """The MIG plan of one or every MIG-capable GPU, with what `auto` makes of it now
+        (policy.mig_payoff; None where it would not weigh it) and the queue's drain time with
+        its layout (policy.mig_queue_time; None: nothing to weigh). Raises MigError. The GPUs
+        are read and planned here, on the loop; the queue's replays (about 0.4 s for 4 GPUs and
+        a long queue) are returned, to run off the loop on their own copies of what they use."""
         backend = self.telemetry.monitor.backend
         queue, running = self.queued(), self.running_by_gpu()
         config = self.station.config
@@ -118,24 +113,18 @@ class MigControl:
         params = {g.name: self.params_for(g.name) for g in gpus}
         snapshot = self.telemetry.snapshot()
         count = len(snapshot.gpus) if snapshot is not None else 1
-        if not config.mig_repartition:
-            note = "; auto changes it only with [station] mig_repartition = true"
-        elif not config.repartitions_on_its_own:
-            note = f"; the {config.policy} policy never changes a layout on its own"
-        else:
-            note = ""
-        simulated = backend.simulated
+        note = auto_note(config.mig_repartition, config.repartitions_on_its_own, config.policy)
 
         def replay() -> list[PlanAndPredictions]:
             choices = choose_layouts(
                 gpus,
                 queue,
                 params.__getitem__,
-                simulated=simulated,
+                simulated=backend.simulated,
                 commands_from=manager,
                 drain=layout_drain(Simulation, params.__getitem__),
             )
-            said = {c.payoff.gpu: c.payoff.summary() + note for c in choices}
+            said = auto_said(choices, plans, note)
             by_index = {g.index: g for g in gpus}
             return [
                 (
