@@ -26,7 +26,6 @@ from gpudesk.profile.values import (
     SWEEP_KEYS,
     _check_after_names,
     _check_repeat,
-    _check_time_limit,
     _found,
     _render_key,
     _render_value,
@@ -131,10 +130,6 @@ class _Entries(_Tables):
                 (*key, "selection"),
                 "a selection applies to the job's dataset: set "
                 "dataset too (or put the selection in its [datasets.NAME] table)",
-            )
-        if "time_limit" in table:
-            resources["time_limit"] = self.check(
-                (*key, "time_limit"), _check_time_limit, table["time_limit"]
             )
         after = self.after_names(key, table)
         env = self.check((*key, "env"), FIELD_CHECKS["env"], table["env"]) if "env" in table else {}

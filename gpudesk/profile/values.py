@@ -76,6 +76,7 @@ _RESOURCE_KEYS = (
     "selection",
     "priority",
     "max_attempts",
+    "time_limit",  # a [defaults] one was accepted and dropped: it counts as the others do
     "preemptible",
     "preempt_signal",
     "preempt_grace_s",

@@ -1281,3 +1281,24 @@ def test_begin_comment_and_notify_are_profile_keys_as_submit_options() -> None:
     text = str(caught.value)
     assert "jobs[0].begin: 'soonish' is not a begin time" in text
     assert "jobs[0].comment: a comment cannot contain control characters" in text
+
+
+def test_a_defaults_time_limit_applies_to_every_job_that_gives_none() -> None:
+    """`[defaults] time_limit` was accepted and dropped: every job ran without a limit."""
+    profile = parse(
+        """
+        [defaults]
+        time_limit = "1h"
+        [[jobs]]
+        name = "long"
+        command = ["true"]
+        [[jobs]]
+        name = "short"
+        command = ["true"]
+        time_limit = 5
+        """
+    )
+    assert [(job.name, job.time_limit_s) for job in profile.jobs] == [
+        ("long", 3600.0),
+        ("short", 300.0),
+    ]
