@@ -193,7 +193,7 @@ def _same_station(home: Home, pid: int, group: str) -> None:
     is the station asked for (its state folder, and the group its socket's folder is given
     to); else one paragraph and the daemon's exit 3, since a running engine keeps its own
     settings and this start would change none of them."""
-    from gpudesk.core.identity import group_id
+    from gpudesk.core.identity import group_id, group_name
 
     status = _ask_status(home, pid)
     try:
@@ -205,7 +205,7 @@ def _same_station(home: Home, pid: int, group: str) -> None:
     if Path(status.home) != home.root:
         differ.append(f"its state folder is {status.home}, not {home.root}")
     if given_to is not None and given_to != asked:
-        differ.append(f"it serves the group {_group_name(given_to)}, not {group}")
+        differ.append(f"it serves the group {group_name(given_to)}, not {group}")
     if differ:
         fail(
             f"{home.description} is already running (pid {pid}), and {'; '.join(differ)}: a "
@@ -215,15 +215,6 @@ def _same_station(home: Home, pid: int, group: str) -> None:
             "give this one a --socket of its own.",
             _running_exit(True),
         )
-
-
-def _group_name(gid: int) -> str:
-    import grp
-
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
 
 
 def _already_running(

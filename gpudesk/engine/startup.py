@@ -26,11 +26,6 @@ from gpudesk.sqlite_file import is_damage
 log = logging.getLogger("gpudesk.engine")
 
 
-def initial_config(store: Store, requested: Mapping[str, Any] | None) -> StationConfig:
-    """What the engine runs with: the home's config (`home_config`) under GPUDESK_BACKEND."""
-    return home_config(store, requested).with_env_override()
-
-
 def home_config(store: Store, requested: Mapping[str, Any] | None) -> StationConfig:
     """What the last engine of this home used (else defaults) with the settings the client
     asked for laid over it (only the keys `requested` names change): what the home keeps,

@@ -236,14 +236,14 @@ def test_the_desk_header_names_the_grid_code_and_source_where_they_fit(
 
 def test_a_saved_setting_no_longer_accepted_goes_back_to_its_default_alone(caplog):
     """A grid code a newer table dropped must not reset the admin's other saved settings."""
-    from gpudesk.engine.startup import initial_config
+    from gpudesk.engine.startup import home_config
 
     class Saved:
         def setting(self, _name: str) -> object:
             return {"policy": "fifo", "slots": 3, "grid_intensity": "XX-NOWHERE"}
 
     with caplog.at_level("WARNING", logger="gpudesk.engine"):
-        config = initial_config(Saved(), None)  # type: ignore[arg-type]
+        config = home_config(Saved(), None)  # type: ignore[arg-type]
     assert (config.policy, config.slots) == ("fifo", 3)
     assert config.grid_intensity == StationConfig().grid_intensity
     assert "grid_intensity" in caplog.text
