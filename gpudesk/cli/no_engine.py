@@ -177,7 +177,7 @@ class _EngineAway:
 
 @contextmanager
 def engine_kept_waiting(
-    client: Client, what: str, check: Callable[[], None] | None = None
+    client: Client, what: str, check: Callable[[], None] | None = None, again: str | None = None
 ) -> Iterator[None]:
     """For a command that waits on the engine for jobs (`wait`, `logs -f`): an engine that
     stops answering while it waits (stopped, or restarted for an upgrade: its jobs run on) is
@@ -185,7 +185,8 @@ def engine_kept_waiting(
     unsafe socket folder, an error of the connection's own) is exit 3, as for an engine not
     running when it began: 1 would be a job's failure to a script (docs/jobs.md, "An engine
     restarted while you wait", says where 3 can still be a job's own). `what`: what is waited
-    for ("job(s) 3 4"); `check`: as `_EngineAway`'s."""
+    for ("job(s) 3 4"); `check`: as `_EngineAway`'s; `again`: the command that waits again
+    (else this one, as it was run)."""
     from gpudesk.api.errors import EngineError
 
     client.outlast(_EngineAway(client.home, what, check))
@@ -194,7 +195,7 @@ def engine_kept_waiting(
     except EngineError as exc:
         if exc.code != "unavailable":
             raise
-        again = shlex.join(["gpudesk", *sys.argv[1:]])
+        again = again or shlex.join(["gpudesk", *sys.argv[1:]])
         fail(
             f"gave up waiting for {what}: {exc}. The jobs go on: they outlive the engine, which "
             f"takes them up again when it starts. To wait again, run: {again}",

@@ -8,13 +8,18 @@ import shlex
 import sys
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import typer
 
 from gpudesk import render
 from gpudesk.cli.common import engine_client, fail, print_json, target_cluster
-from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
+from gpudesk.cli.exit_codes import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_RUNNING,
+    EXIT_USAGE,
+)
 from gpudesk.text import printable_line
 
 if TYPE_CHECKING:
@@ -87,13 +92,14 @@ def run(
     """Run a profile to completion: submit its jobs, follow them, report.
 
     Exits 0 only if every job succeeded and the --report file, if any, was written (the
-    report is printed either way). Ctrl-C cancels this run's jobs and still reports; a second
-    Ctrl-C leaves without waiting for the cancels to end. A profile whose [station] asks for a
-    SIMULATED station runs on one of its own, beside your engine, which it leaves as it is
+    report is printed either way). An engine that stops meanwhile (restarted for an upgrade)
+    is waited for, and the run followed on as --attach follows it; where it cannot be (a
+    SIMULATED station of the run's own, a profile read from a pipe) it exits 3, the jobs going
+    on. Ctrl-C cancels this run's jobs and still reports; a second Ctrl-C leaves without
+    waiting for the cancels to end. A profile whose [station] asks for a SIMULATED station
+    runs on one of its own, beside your engine, which it leaves as it is
     (docs/shared-station.md)."""
     from gpudesk.api.own_station import simulated_backend
-    from gpudesk.cli.run_attach import NothingToAttach
-    from gpudesk.cli.run_report import EngineLost, LeftRun, run_profile
     from gpudesk.cli.std_streams import follow_to_the_end
 
     if not detach:  # its exit status is its jobs': a reader that leaves does not end it
@@ -125,23 +131,9 @@ def run(
         if detach:
             _detach(client, loaded, profile, json_out, cluster, apply, how_to_apply, simulated)
             return
-        try:
-            result = run_profile(
-                loaded,
-                client,
-                progress_stream=progress,
-                cluster=cluster,
-                apply_station=apply,
-                how_to_apply=how_to_apply,
-                attach=attach,
-            )
-        except NothingToAttach as nothing:
-            fail(str(nothing))
-        except LeftRun as left:
-            print(_left_text(left, _attach_hint(loaded, profile)), file=sys.stderr)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
-        except EngineLost as lost:
-            fail(_lost_text(lost, client.home, simulated, _attach_hint(loaded, profile)))
+        result = _followed(
+            loaded, client, progress, cluster, (apply, how_to_apply), attach, simulated, profile
+        )
     if json_out:
         print_json(result.to_dict())
     else:
@@ -273,6 +265,71 @@ def _left_text(left: LeftRun, attach: str | None) -> str:
         f"left the run before the engine was asked to cancel its jobs, so they go on: "
         f"{listing} lists them, {follow}gpudesk cancel ID... cancels them"
     )
+
+
+def _followed(
+    loaded: Profile,
+    client: Client,
+    progress: TextIO,
+    cluster: ClusterSpec | None,
+    station: tuple[bool, str],
+    attach: bool,
+    simulated: str | None,
+    profile: str,
+) -> RunReport:
+    """The run submitted (or, `attach`, found) and followed to its end (`run_profile`), and
+    followed on where its engine went away and came back (`_outlast`); its report. `station`:
+    whether the profile's [station] is applied, and what is said where it is not."""
+    from gpudesk.cli.run_attach import NothingToAttach
+    from gpudesk.cli.run_report import EngineLost, LeftRun, run_profile
+
+    hint = _attach_hint(loaded, profile)
+    while True:
+        try:
+            return run_profile(
+                loaded,
+                client,
+                progress_stream=progress,
+                cluster=cluster,
+                apply_station=station[0],
+                how_to_apply=station[1],
+                attach=attach,
+            )
+        except NothingToAttach as nothing:
+            fail(str(nothing))
+        except LeftRun as left:
+            print(_left_text(left, hint), file=sys.stderr)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except EngineLost as lost:
+            if not _followable(loaded, lost, simulated) or hint is None:
+                fail(_lost_text(lost, client.home, simulated, hint), EXIT_NOT_RUNNING)
+            _outlast(client, lost, hint)
+            attach = True  # the engine is back: follow the run, as --attach does
+
+
+def _followable(loaded: Profile, lost: EngineLost, simulated: str | None) -> bool:
+    """Whether a run whose engine went away is waited for and followed on (`_outlast`): not on
+    a SIMULATED station of its own (nothing starts that engine again), nor where the engine
+    cut its submission short (the parts sent wait, held, for the rest), nor a run that starts
+    with pre-passes (whose results this command records as it goes: --attach refuses it)."""
+    from gpudesk.api.prepass import profile_prepasses
+
+    return simulated is None and lost.whole and not profile_prepasses(loaded)
+
+
+def _outlast(client: Client, lost: EngineLost, hint: str) -> None:
+    """The engine went away while the run followed its jobs: wait for it to answer again, as
+    `wait` does (cli.no_engine.engine_kept_waiting: said once, asked every second), for the
+    run to be followed on. Ctrl-C meanwhile leaves the run to its jobs (exit 130)."""
+    from gpudesk.cli.no_engine import engine_kept_waiting
+    from gpudesk.cli.run_report import LeftRun
+
+    try:
+        with engine_kept_waiting(client, f"run {lost.group}", again=hint):
+            client.ping()
+    except KeyboardInterrupt:
+        print(_left_text(LeftRun(lost.group, False), hint), file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 def _lost_text(lost: EngineLost, home: Home, simulated: str | None, attach: str | None) -> str:

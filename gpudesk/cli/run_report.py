@@ -64,13 +64,15 @@ class LeftRun(Exception):
 
 class EngineLost(Exception):
     """The engine went away (an EngineError of code "unavailable") once the run had begun to
-    submit: its jobs may still be queued or running. `ids`: the run's jobs the run last saw."""
+    submit: its jobs may still be queued or running. `ids`: the run's jobs the run last saw;
+    `whole`: all of them were submitted (or attached to), so `--attach` can follow the run."""
 
-    def __init__(self, cause: EngineError, group: str, ids: list[int]) -> None:
+    def __init__(self, cause: EngineError, group: str, ids: list[int], whole: bool) -> None:
         super().__init__(str(cause))
         self.cause = cause
         self.group = group
         self.ids = ids
+        self.whole = whole
 
 
 @dataclass
@@ -448,7 +450,7 @@ def run_profile(
     report.prefix = reached_by(client.home)  # `gpudesk logs` from this shell
     progress = Progress(progress_stream, progress_stream.isatty() if live is None else live)
     note = _noter(report, progress)
-    submitting = cancel_asked = False
+    submitting = cancel_asked = whole = False
     submitted: list[int] = []  # the training jobs, before the run has listed them
 
     def seen(jobs: list[JobView]) -> None:
@@ -476,6 +478,7 @@ def run_profile(
                     submitted = _submit_run(
                         client, profile, group, follow, note, cluster, apply_station, how_to_apply
                     )
+                whole = True
                 follow()
             except KeyboardInterrupt:
                 INTERRUPTS.seen()
@@ -495,7 +498,7 @@ def run_profile(
             raise
         # the engine may go before the run's first listing of its jobs came back
         unended = [j.id for j in report.jobs if not j.terminal] if report.jobs else submitted
-        raise EngineLost(exc, group, unended) from None
+        raise EngineLost(exc, group, unended, whole) from None
     finally:
         progress.close()
     _finish(client, report, cluster)

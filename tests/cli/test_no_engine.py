@@ -340,3 +340,49 @@ def test_a_read_in_a_home_submit_would_refuse_says_why_not_that_submit_starts_on
     said = {"a file": "not a folder", "a name not UTF-8": "not UTF-8"}
     assert said.get(kind, "symbolic link") in line, line
     assert not any(real.iterdir()) and (kind != "a name not UTF-8" or not named.exists())
+
+
+def _run_profile(tmp_path: Path, gate: Path) -> Path:
+    """A profile of two jobs: one ends at once, one once `gate` exists (while no engine runs)."""
+    profile = tmp_path / "outlast.toml"
+    profile.write_text(
+        'name = "outlast"\n[defaults]\nmax_attempts = 1\n'
+        '[[jobs]]\nname = "quick"\ncommand = ["true"]\n'
+        f'[[jobs]]\nname = "gated"\ncommand = ["sh", "-c", "while [ ! -e {gate} ]; do '
+        'sleep 0.02; done"]\n'
+    )
+    return profile
+
+
+def test_run_waits_through_an_engine_restart_and_follows_its_run_to_the_report(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """`gpudesk run` exited 1 (a job's failure, to a script) when its engine stopped, though
+    the jobs went on: now it waits for the engine as `wait` does, then follows the run as
+    `--attach` would, and reports it, a job that ended meanwhile too."""
+    gate = tmp_path / "gate"
+    run = subprocess.Popen(
+        [*GPUDESK, "run", str(_run_profile(tmp_path, gate))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert run.stdout is not None and run.stderr is not None
+        while "gated  running" not in (line := run.stdout.readline()):
+            assert line, run.stderr.read()
+        engine.stop()
+        said = run.stderr.readline()
+        assert " is not answering: stopped, or restarting" in said, said
+        assert run.poll() is None
+        gate.touch()  # the job ends while no engine runs
+        engine.start()
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0, out + err
+    assert err.startswith("gpudesk: the engine answers again"), err
+    assert "error" not in err and "Traceback" not in err
+    assert "outlast: 2 succeeded" in out, out  # the report, the job ended meanwhile counted
