@@ -16,8 +16,9 @@ Values go to click as the option's default (`default_map`), so the command line 
 and a value is checked as if typed (a bad one's paragraph names the file, its line, the
 table and key: `default_source`), as is one that gpudesk's own checks refuse. A value of the
 wrong kind for its option (`after = 5` for a repeatable one: gpudesk.cli.config_values), an
-unknown command or option, a file that is not TOML or cannot be read, is one paragraph naming
-the file and the key, and the command does not run.
+unknown command or option, is a line naming the file, its line, the table and the key, every
+one of both files said at once (one paragraph: no fix, run, fix, run); a file that is not TOML
+or cannot be read is one paragraph naming it. Either way the command does not run.
 
 Under it lies the site's file, `/etc/gpudesk/config.toml` (gpudesk.cli.site_config), with the
 same tables: gpudesk's own defaults < the site's < the user's < the command line.
@@ -40,6 +41,7 @@ from gpudesk.text import quoted
 
 CONFIG_ENV = "GPUDESK_CONFIG"
 DefaultMap = dict[str, Any]
+Problems = list[tuple[Path, str]]  # each problem found in a config file, and the file
 
 
 def config_path() -> Path | None:
@@ -190,17 +192,57 @@ def default_map(command: Any, path: Path | None = None) -> DefaultMap:
 
 def defaults_of(command: Any, document: dict[str, Any], path: Path, text: str = "") -> DefaultMap:
     """click's default_map for `command` from a config file's tables (read from `path`; its
-    `text` places a wrong value at its line)."""
+    `text` places a wrong value at its line). Every problem in the file is said at once."""
+    problems: Problems = []
+    result = _defaults_of(command, document, path, text, problems)
+    _refuse(problems)
+    return result
+
+
+def _defaults_of(
+    command: Any, document: dict[str, Any], path: Path, text: str, problems: Problems
+) -> DefaultMap:
+    """As defaults_of, each problem added to `problems` (one line, naming the file, its line,
+    the table and the key), the reading going on: a checker that stops at the first makes the
+    user fix, run, fix and run again."""
     result: DefaultMap = {}
+    lines = _Lines(path, text)
     for section, table in document.items():
         if not isinstance(table, dict):
-            raise CliError(
-                f"{path}: {section} = … is not a table; write options under [COMMAND], "
-                'e.g. [submit] then time = "2h"',
-                EXIT_USAGE,
+            problems.append(
+                (
+                    path,
+                    f"{lines.at((section,))}: {section} = … is not a table; write options under "
+                    '[COMMAND], e.g. [submit] then time = "2h"',
+                )
             )
-        _fill(command, [section], table, result, path, text)
+            continue
+        _fill(command, [section], table, result, lines, problems)
     return result
+
+
+def _refuse(problems: Problems) -> None:
+    """One paragraph for every problem found, one a line; nothing when there is none."""
+    if len(problems) == 1:
+        raise CliError(problems[0][1], EXIT_USAGE)
+    if problems:
+        files = "files" if len({path for path, _ in problems}) > 1 else "file"
+        said = "\n".join(f"  {problem}" for _, problem in problems)
+        raise CliError(f"{len(problems)} problems in the config {files}:\n{said}", EXIT_USAGE)
+
+
+@dataclass
+class _Lines:
+    """Where a config file writes a key: `FILE:3` (the file alone when its text is not known)."""
+
+    path: Path
+    text: str
+
+    def at(self, key: tuple[str, ...]) -> str:
+        from gpudesk.toml_lines import KeyLines
+
+        line = KeyLines(self.text).line(key) if self.text else None
+        return f"{self.path}:{line}" if line else str(self.path)
 
 
 def layered(under: DefaultMap, over: DefaultMap) -> DefaultMap:
@@ -215,7 +257,12 @@ def layered(under: DefaultMap, over: DefaultMap) -> DefaultMap:
 
 
 def _fill(
-    group: Any, words: list[str], table: dict[str, Any], into: DefaultMap, path: Path, text: str
+    group: Any,
+    words: list[str],
+    table: dict[str, Any],
+    into: DefaultMap,
+    lines: _Lines,
+    problems: Problems,
 ) -> None:
     # typer may carry its own copy of click, so parameters are told apart by what they are,
     # not by click's classes
@@ -225,10 +272,14 @@ def _fill(
     where = ".".join(words)
     if command is None:
         known = ", ".join(sorted(commands)) or "none"
-        raise CliError(
-            f"{path}: [{where}]: gpudesk has no command {quoted(name)} here (it has: {known})",
-            EXIT_USAGE,
+        problems.append(
+            (
+                lines.path,
+                f"{lines.at(tuple(words))}: [{where}]: gpudesk has no command {quoted(name)} here "
+                f"(it has: {known})",
+            )
         )
+        return
     own: DefaultMap = {}
     into[name] = own
     options = {
@@ -240,23 +291,24 @@ def _fill(
     }
     for key, value in table.items():
         if isinstance(value, dict) and hasattr(command, "commands"):
-            _fill(command, [*words, key], value, own, path, text)
+            _fill(command, [*words, key], value, own, lines, problems)
             continue
         param = options.get(key.replace("-", "_"))
+        said = f"{lines.at((*words, key))}: [{where}] {key}"
         if param is None or param.name is None:
             known = ", ".join(sorted(k.replace("_", "-") for k in options)) or "none"
-            raise CliError(
-                f"{path}: [{where}] {key}: `gpudesk {' '.join(words)}` has no option --"
-                f"{key.replace('_', '-')} (it has: {known})",
-                EXIT_USAGE,
+            problems.append(
+                (
+                    lines.path,
+                    f"{said}: `gpudesk {' '.join(words)}` has no option --{key.replace('_', '-')} "
+                    f"(it has: {known})",
+                )
             )
+            continue
         expected = expected_value(param, value)
         if expected is not None:  # click would iterate or convert it, and fail or truncate
-            from gpudesk.toml_lines import KeyLines
-
-            line = KeyLines(text).line((*words, key)) if text else None
-            origin = ConfigOrigin(path, where, key, line)
-            raise CliError(f"{origin}: expected {expected}, found {describe(value)}", EXIT_USAGE)
+            problems.append((lines.path, f"{said}: expected {expected}, found {describe(value)}"))
+            continue
         own[param.name] = value
 
 
@@ -277,6 +329,8 @@ def option_defaults(command: Any, every_command: Callable[[], Any] | None = None
     if every_command is not None and not named <= set(getattr(command, "commands", {})):
         command = every_command()
     result: DefaultMap = {}
+    problems: Problems = []  # the site's and the user's, said together
     for path, document, text in files:
-        result = layered(result, defaults_of(command, document, path, text))
+        result = layered(result, _defaults_of(command, document, path, text, problems))
+    _refuse(problems)
     return result

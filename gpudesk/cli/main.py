@@ -191,6 +191,27 @@ def usage_paragraph(exc: Exception) -> str:
     return f"{message}{_from_config(exc, ctx)} Usage: {usage} ({ctx.command_path} --help says more)"
 
 
+def _priority_where_the_jobs_go(exc: Exception, args: list[str]) -> str | None:
+    """`gpudesk priority 1 -1`: click took the new priority for an option it does not know
+    ("No such option: -1"), where a user of `scontrol update JobId=1 Priority=-1` or `renice`
+    wrote it after the job. Said as the job it is not, with the command she meant; None for
+    any other usage error. (`priority 1 5` reaches the command, which says the same.)"""
+    option = getattr(exc, "option_name", None) or ""
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None or ctx.command_path != "gpudesk priority" or not option[1:].isdigit():
+        return None
+    rest = args[args.index("priority") + 1 :] if "priority" in args else []
+    # click reads -20 as the short options -2 and -0, and names the first
+    word = next((arg for arg in rest if arg.startswith(option) and arg[1:].isdigit()), option)
+    if any(arg.split("=")[0] in ("--set", "--up", "--down") for arg in rest):
+        return f"gpudesk priority: {word} is not a job (a job id is a whole number from 1)"
+    jobs = " ".join(arg for arg in rest if not arg.startswith("-")) or "JOB"
+    return (
+        f"gpudesk priority: {word} is not a job; give the new priority with --set {word} "
+        f"(gpudesk priority {jobs} --set {word})"
+    )
+
+
 def _context_named(root: Any, args: list[str]) -> Any:
     """The context of the command `args` name, for a usage error click raised without one (an
     option missing its value, `gpudesk submit --gpus`, is found by its parser, outside any
@@ -313,7 +334,8 @@ def main(argv: list[str] | None = None) -> None:
     except usage_error as exc:
         if getattr(exc, "ctx", None) is None and command is not None:
             exc.ctx = _context_named(command, args)  # type: ignore[attr-defined]  # its usage
-        say(f"error: {printable_message(usage_paragraph(exc))}")
+        said = _priority_where_the_jobs_go(exc, args) or usage_paragraph(exc)
+        say(f"error: {printable_message(said)}")
         sys.exit(EXIT_USAGE)
     except click_exception as exc:
         said = str(getattr(exc, "format_message", exc.__str__)())

@@ -205,11 +205,14 @@ def _option(key: str) -> str:
 def specs_of(raw: dict[str, Any], extras: Extras, client: Client) -> list[JobSpec]:
     """The job, or its array's jobs (the first, then each naming it as -1: the first job of
     the request), with its dependencies as ids."""
-    from gpudesk.core.jobs import JobSpec, SpecError
+    from gpudesk.core.jobs import JobSpec, SpecError, never_met
 
     fields = dict(raw)
     for key, refs in extras.after.items():
         fields[key] = job_ids(client, refs, key, extras.first_tasks)
+    # said as the options, once the names are ids (`--after prep --after-notok 3`: job 3)
+    if problem := never_met(fields.get("after", ()), fields.get("after_notok", ()), _option):
+        fail(problem, EXIT_USAGE)
     array = extras.array
     tasks = array.tasks if array is not None else (None,)
     specs = []

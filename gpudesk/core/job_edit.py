@@ -23,6 +23,7 @@ from gpudesk.core.jobs import (
     check_env,
     describe,
     gpu_hints_without_gpus,
+    never_met,
 )
 from gpudesk.core.records import JobRecord
 from gpudesk.text import printable_line, safe_text
@@ -212,10 +213,15 @@ def edited_spec(
     kept = {key: getattr(spec, key) for key in DEPENDENCY_FIELDS if key not in fields}
     edited.update(dict.fromkeys(kept, ()))
     if "name" in fields:
-        return replace(JobSpec.from_dict(edited), **kept)
-    # A name the edit leaves is kept as it is: one stored before a rule refused it (all
-    # digits: check_job_name) does not stop the job's other fields from being edited.
-    return replace(JobSpec.from_dict({**edited, "name": "job"}), name=spec.name, **kept)
+        new = replace(JobSpec.from_dict(edited), **kept)
+    else:
+        # A name the edit leaves is kept as it is: one stored before a rule refused it (all
+        # digits: check_job_name) does not stop the job's other fields from being edited.
+        new = replace(JobSpec.from_dict({**edited, "name": "job"}), name=spec.name, **kept)
+    # checked with the kinds the edit leaves: `edit --after-notok 1` of a job after job 1
+    if problem := never_met(new.after, new.after_notok):
+        raise SpecError("after_notok" if "after_notok" in fields else "after", problem)
+    return new
 
 
 def changes(old: JobSpec, new: JobSpec) -> list[str]:

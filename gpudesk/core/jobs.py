@@ -21,7 +21,7 @@ from gpudesk.core.submit_options import (
     SUBMIT_OPTION_FIELDS,
 )
 from gpudesk.core.tracking_spec import TrackingSpec, check_tracking
-from gpudesk.text import file_kind, is_os_text, safe_text
+from gpudesk.text import file_kind, is_os_text, quoted, safe_text
 
 NumberCheck = Callable[[Any], "float | None"]  # number_in's: None where optional and not given
 MAX_ARGS = 4096
@@ -328,6 +328,29 @@ check_sm_pct = number_in(0.0, 100.0)
 check_preempt_grace = number_in(1.0, MAX_PREEMPT_GRACE_S)
 
 
+def never_met(
+    after: Sequence[int | str], after_notok: Sequence[int | str], named: Callable[[str], str] = str
+) -> str:
+    """Why a job waiting for `after` (each must succeed: Slurm's afterok) and `after_notok`
+    (each must end without succeeding) could never start ("": it could): a job named by both
+    can do only one. Slurm queues such a job for ever (DependencyNeverSatisfied); it is refused
+    at submit here. Each a job id, -k (the k-th job of the same request, which has no id yet)
+    or a profile's table name. `named`: how a field is said (`gpudesk submit`: its option)."""
+    both = next((ref for ref in after if ref in after_notok), None)
+    if both is None:
+        return ""
+    if isinstance(both, str):
+        job = quoted(both)  # a profile's [[jobs]] or [[sweeps]] table
+    else:
+        job = f"job {both}" if both > 0 else f"job {-both} of this request"
+    return (
+        f"{named('after')} and {named('after_notok')} both name {job}: it would have to "
+        f"succeed for {named('after')} and end without succeeding for "
+        f"{named('after_notok')}, so this job could never start (Slurm's "
+        f"DependencyNeverSatisfied); name {job} in one of them"
+    )
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """Everything a job asks for. A frozen value: `gpudesk edit` (core/job_edit.py) replaces a
@@ -469,6 +492,8 @@ class JobSpec:
             raise SpecError(
                 "selection", "a selection applies to the job's dataset: name the dataset too"
             )
+        if problem := never_met(values.get("after", ()), values.get("after_notok", ())):
+            raise SpecError("after_notok", problem)
         return cls(**values)
 
     @classmethod

@@ -11,7 +11,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpudesk.core.jobs import FIELD_CHECKS, check_bool, check_command, check_name, describe
+from gpudesk.core.jobs import (
+    FIELD_CHECKS,
+    check_bool,
+    check_command,
+    check_name,
+    describe,
+    never_met,
+)
 from gpudesk.profile.model import MAX_GRID_PARAMS, MAX_JOBS
 from gpudesk.profile.tables import _Tables
 from gpudesk.profile.values import (
@@ -162,6 +169,8 @@ class _Entries(_Tables):
             if kind in table:
                 checked = self.check((*key, kind), _check_after_names, table[kind])
                 found[kind] = () if checked is _INVALID else checked
+        if problem := never_met(found.get("after", ()), found.get("after_notok", ())):
+            self.problem((*key, "after_notok"), problem)
         return found
 
     def grid(self, key: Key, table: dict[str, Any]) -> dict[str, list[str]] | None:

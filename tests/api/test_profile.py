@@ -1201,6 +1201,17 @@ def test_bad_after_any_and_after_notok(kind: str, value: str, fragment: str) -> 
     assert problem.key == f"jobs[0].{kind}" and fragment.format(kind=kind) in problem.message
 
 
+def test_a_table_named_by_both_after_and_after_notok_is_a_problem() -> None:
+    """Its jobs would have to succeed and not succeed: the job could never start (Slurm's
+    DependencyNeverSatisfied), so the profile is refused before anything is submitted."""
+    problem = only_problem(
+        '[[jobs]]\nname = "prep"\ncommand = ["true"]\n'
+        '[[jobs]]\nname = "b"\ncommand = ["true"]\nafter = ["prep"]\nafter_notok = "prep"\n'
+    )
+    assert problem.key == "jobs[1].after_notok" and problem.line == 8, problem
+    assert problem.message.startswith("after and after_notok both name 'prep'"), problem
+
+
 def test_a_circle_through_after_any_is_a_problem() -> None:
     problem = only_problem(
         '[[jobs]]\nname = "a"\ncommand = ["true"]\nafter_notok = "b"\n'

@@ -517,6 +517,29 @@ def test_an_option_missing_its_value_names_the_commands_usage_and_help(home: Hom
         )
 
 
+def test_a_negative_priority_where_the_jobs_go_names_the_command_meant(home: Home) -> None:
+    """`gpudesk priority 1 -1` (scontrol's order, the keyword left out) was click's "No such
+    option: -1"; it is a job the number is not, and the command meant. Another unknown option
+    is still click's word."""
+    for args, said in (
+        (
+            ("1", "-1"),
+            "-1 is not a job; give the new priority with --set -1 (gpudesk priority 1 --set -1)",
+        ),
+        (
+            ("3", "4", "-20"),
+            "-20 is not a job; give the new priority with --set -20 "
+            "(gpudesk priority 3 4 --set -20)",
+        ),
+        (("1", "-1", "--set", "2"), "-1 is not a job (a job id is a whole number from 1)"),
+    ):
+        refused = gpudesk("priority", *args)
+        assert (refused.returncode, refused.stdout) == (2, ""), refused
+        assert refused.stderr == f"error: gpudesk priority: {said}\n"
+    other = gpudesk("priority", "1", "-x")
+    assert other.returncode == 2 and other.stderr.startswith("error: No such option: -x"), other
+
+
 def test_an_unknown_option_is_a_usage_error_not_the_command(engine: EngineHandle) -> None:
     for args in (("--before", "1", "--", "true"), ("--bogus", "true")):
         refused = gpudesk("submit", *args)

@@ -78,6 +78,33 @@ def test_a_wrong_config_file_is_one_paragraph_and_nothing_runs(
     assert missing.returncode == 0, missing.stderr
 
 
+def test_every_problem_of_the_config_files_is_said_at_once(tmp_path: Path) -> None:
+    """A file with three wrong keys was said one at a time: fix, run, fix, run. Every problem
+    of the site's file and the user's is one line of one paragraph, naming its file, line,
+    table and key; nothing runs."""
+    user, site = tmp_path / "config.toml", tmp_path / "site.toml"
+    user.write_text(
+        '# mine\n[submit]\ntiem = "2h"\nhold = 0\n[sumbit]\ngpus = 1\n[queue]\nlimit = 1.5\n'
+    )
+    site.write_text("[queue]\nall = true\nbad = 3\n")
+    env = {**os.environ, "GPUDESK_CONFIG": str(user), "GPUDESK_SITE_CONFIG": str(site)}
+    result = subprocess.run(
+        [*GPUDESK, "queue"], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == "error: 5 problems in the config files:", result.stderr
+    assert [line.split(" (it has")[0] for line in lines[1:]] == [
+        f"  {site}:3: [queue] bad: `gpudesk queue` has no option --bad",
+        f"  {user}:3: [submit] tiem: `gpudesk submit` has no option --tiem",
+        f"  {user}:4: [submit] hold: expected true or false, found 0 (integer)",
+        f"  {user}:5: [sumbit]: gpudesk has no command 'sumbit' here",
+        f"  {user}:8: [queue] limit: expected a whole number, found 1.5 (number)",
+    ], result.stderr
+    one = gpudesk(user, "queue")  # the user's alone: one file
+    assert one.stderr.startswith("error: 4 problems in the config file:\n"), one.stderr
+
+
 def test_a_bad_value_from_a_file_names_the_file_the_table_and_the_key(tmp_path: Path) -> None:
     """click checks a default from a file as if typed, and said only "Invalid value for
     '--timeout'", which a user who typed no --timeout could not place. The site's file is named

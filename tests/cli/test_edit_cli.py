@@ -92,6 +92,15 @@ def test_edit_changes_after_any_and_after_notok_with_the_cycle_check(
             f"job {train} runs after job {prep}",
         )
     assert engine.job(prep).spec.after_notok == []
+    # train runs after prep only if prep does not succeed: --after prep too could never be met
+    # (the job named by both can do only one; Slurm's DependencyNeverSatisfied)
+    one_error(
+        *gpudesk("edit", "train", "--after", "prep")[::2],
+        EXIT_USAGE,
+        f"--after: after and after_notok both name job {prep}: ",
+        "so this job could never start",
+    )
+    assert engine.job(train).spec.after == []
     code, out, _ = gpudesk("edit", "train", "--no-deps", "--json")
     assert code == 0 and json.loads(out)["changes"] == [
         f"after_any {prep} -> none",

@@ -165,6 +165,38 @@ def test_bad_input_is_one_paragraph_and_queues_nothing(engine: EngineHandle) -> 
     assert engine.api.jobs() == []
 
 
+def test_a_job_that_must_succeed_and_must_not_is_refused_at_submit(engine: EngineHandle) -> None:
+    """A job named by both --after (afterok) and --after-notok was queued and could never
+    start: that job can only succeed or not (Slurm leaves it pending for ever, reason
+    DependencyNeverSatisfied). Refused at submit, by name or id, exit 2, nothing queued; and
+    by the engine itself, for a client that does not check."""
+    (first,) = submitted_ids(gpudesk("submit", "--json", "--name", "prep", "--", "true"))
+    for after, notok in (("prep", str(first)), (f"{first},prep", f"7,{first}")):
+        done = gpudesk("submit", "--after", after, "--after-notok", notok, "--", "true")
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.startswith(
+            f"error: --after and --after-notok both name job {first}: it would have to succeed "
+            "for --after and end without succeeding for --after-notok, so this job could never "
+            "start (Slurm's DependencyNeverSatisfied)"
+        ), done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+    raw = {"name": "raw", "command": ["true"]}
+    for jobs, says in (
+        ([{**raw, "after": [first], "after_notok": [first]}], f"both name job {first}"),
+        ([raw, {**raw, "after": [-1], "after_notok": [-1]}], "both name job 1 of this request"),
+    ):
+        try:
+            engine.client.request("submit", jobs=jobs, env={})
+        except EngineError as exc:
+            assert exc.code == "invalid_args" and "after_notok: after and after_notok" in str(
+                exc
+            ), exc
+            assert says in str(exc), exc
+        else:
+            raise AssertionError(f"{jobs} was accepted")
+    assert [job.id for job in engine.api.jobs()] == [first]
+
+
 def test_an_array_from_the_typed_client_names_its_first_job(engine: EngineHandle) -> None:
     from gpudesk.core.jobs import JobSpec
     from gpudesk.core.submit_options import parse_array
