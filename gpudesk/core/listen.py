@@ -14,6 +14,7 @@ engine's loop, and a name that resolves differently tomorrow is no way to pick a
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 from dataclasses import dataclass
 from typing import Any
@@ -100,3 +101,24 @@ def _port(port: str, value: str) -> int:
             f"the port in {value!r} must be a whole number from 1 to 65535 (0: any free port)"
         )
     return int(port)
+
+
+def bind_problem(address: ListenAddress, exc: OSError, retry_s: float) -> str:
+    """Why `address` could not be bound, in words, and what to do about it (the engine tries
+    again every `retry_s`)."""
+    setting = "[station] metrics_listen"
+    if exc.errno == errno.EADDRINUSE:
+        dcgm = " (dcgm-exporter's default port)" if address.port == 9400 else ""
+        return (
+            f"port {address.port} is in use by another program{dcgm}; the engine runs on "
+            f"without metrics, tries again every {retry_s:g} s, and {setting} may name "
+            "another port"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{address.host} is no address of this machine; fix {setting}"
+    if exc.errno == errno.EACCES:
+        return (
+            f"port {address.port} is below 1024, which only root may listen on; "
+            f"choose a port from 1024 up in {setting}"
+        )
+    return f"{exc.strerror or exc}; check {setting}"

@@ -81,6 +81,7 @@ log = logging.getLogger("gpudesk.engine")
 ENGINE_WORK_UID = -1
 LOADER_STATUS_WORK = "asking the shared loaders for their status"
 EXIT_STORE_REPLACED = 1  # a failure to systemd: its next engine opens the file put there
+RUNNING_PID = "running_engine_pid"  # the settings key of the pid of the engine that runs
 IDLE_POLL_S = 1.0
 RETRY_AFTER_ERROR_S = 2.0
 FULL_DISK_REPEAT_S = 300.0  # how often a disk that stays full is mentioned again in the log
@@ -317,9 +318,16 @@ class Engine:
         self.queue.replace(self.store.queued())
         self.attempts.track()
         self.tracking.recover()
-        if adopted or settled:
+        died = self.store.setting(RUNNING_PID)  # an engine's until it stops (`run`'s end)
+        self.store.set_setting(RUNNING_PID, os.getpid())
+        if adopted or settled or died:
             message = f"re-adopted {adopted} running attempt(s), settled {settled}"
-            log.info(message)
+            if died:  # killed: what came of its jobs, and why they had to be taken up
+                message = (
+                    f"the last engine (pid {died}) ended without stopping (killed, the OOM "
+                    f"killer, a crash or the machine going down); {message}"
+                )
+            (log.warning if died else log.info)(message)
             self.store.add_event("engine", message)
 
     def stop(self) -> None:
@@ -366,6 +374,7 @@ class Engine:
         # Producers of running jobs keep serving them (the next engine adopts them); one that
         # no running job reads would outlive every engine, so it goes now.
         with contextlib.suppress(Exception):
+            self.store.set_setting(RUNNING_PID, None)  # a stop (`recover`), on a full disk too
             self.loaders.stop_all_but(set(self.attempts.dataset_of.values()), "the engine stopped")
         signal.set_wakeup_fd(-1)
 

@@ -15,10 +15,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpudesk.core.jobs import JobSpec
-from gpudesk.core.listen import ListenAddress, check_metrics_listen, parse_listen
+from gpudesk.core.listen import ListenAddress, bind_problem, check_metrics_listen, parse_listen
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.activity import DECISION_BUCKETS_S, EngineActivity
-from gpudesk.engine.services.metrics.exporter import bind_problem
+from gpudesk.engine.services.metrics.exporter import RETRY_BIND_S
 from gpudesk.engine.store.database import Store
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.hw.telemetry.model import BackendReading, GpuHealth, GpuReading, MigDevice
@@ -107,10 +107,12 @@ def test_a_port_in_use_is_said_in_one_sentence() -> None:
         with pytest.raises(OSError) as raised:
             MetricsServer(ListenAddress("127.0.0.1", port), CollectorRegistry())
     assert raised.value.errno == errno.EADDRINUSE
-    text = bind_problem(ListenAddress("127.0.0.1", port), raised.value)
+    text = bind_problem(ListenAddress("127.0.0.1", port), raised.value, RETRY_BIND_S)
     assert f"port {port} is in use by another program" in text
     assert "engine runs on" in text and "\n" not in text
-    not_here = bind_problem(ListenAddress("10.255.255.1", 9400), OSError(errno.EADDRNOTAVAIL, "x"))
+    not_here = bind_problem(
+        ListenAddress("10.255.255.1", 9400), OSError(errno.EADDRNOTAVAIL, "x"), RETRY_BIND_S
+    )
     assert "10.255.255.1 is no address of this machine" in not_here
 
 

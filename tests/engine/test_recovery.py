@@ -178,3 +178,19 @@ def test_sigterm_to_the_engine_is_a_clean_stop(engine: EngineHandle) -> None:
         "engine stopping on SIGTERM; 0 attempt(s) keep running"
         in engine.home.engine_log.read_text()
     )
+
+
+def test_a_start_after_a_killed_engine_says_so_and_one_after_a_stop_does_not(
+    engine: EngineHandle,
+) -> None:
+    """The log said nothing of an engine that ended without stopping (SIGKILL, the OOM killer,
+    a power loss): the next one now warns, naming its pid, beside what it took up; a start
+    after a clean stop says nothing of the kind."""
+    killed = engine.pid
+    engine.kill9()
+    engine.start()
+    warned = f"WARNING gpudesk.engine: the last engine (pid {killed}) ended without stopping"
+    assert warned in engine.home.engine_log.read_text()
+    engine.stop()
+    engine.start()
+    assert engine.home.engine_log.read_text().count("ended without stopping") == 1

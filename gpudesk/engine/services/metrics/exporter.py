@@ -13,7 +13,6 @@ RETRY_BIND_S until it works or the setting changes.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import socket
@@ -22,7 +21,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpudesk import __version__
-from gpudesk.core.listen import ListenAddress, parse_listen
+from gpudesk.core.listen import ListenAddress, bind_problem, parse_listen
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.services.loaders import LoaderSupervisor
@@ -141,7 +140,9 @@ class MetricsExporter:
             )
             return
         except OSError as exc:
-            self._failed(f"metrics: not serving {address.text()}: {bind_problem(address, exc)}")
+            self._failed(
+                f"metrics: not serving {address.text()}: {bind_problem(address, exc, RETRY_BIND_S)}"
+            )
             return
         if self.problem is not None:
             log.info("metrics: %s is free again", address.text())
@@ -234,23 +235,3 @@ class MetricsExporter:
         if uid not in self._names:
             self._names[uid] = user_name(uid if uid is not None else os.getuid())
         return self._names[uid]
-
-
-def bind_problem(address: ListenAddress, exc: OSError) -> str:
-    """Why `address` could not be bound, in words, and what to do about it."""
-    setting = "[station] metrics_listen"
-    if exc.errno == errno.EADDRINUSE:
-        dcgm = " (dcgm-exporter's default port)" if address.port == 9400 else ""
-        return (
-            f"port {address.port} is in use by another program{dcgm}; the engine runs on "
-            f"without metrics, tries again every {RETRY_BIND_S:g} s, and {setting} may name "
-            "another port"
-        )
-    if exc.errno == errno.EADDRNOTAVAIL:
-        return f"{address.host} is no address of this machine; fix {setting}"
-    if exc.errno == errno.EACCES:
-        return (
-            f"port {address.port} is below 1024, which only root may listen on; "
-            f"choose a port from 1024 up in {setting}"
-        )
-    return f"{exc.strerror or exc}; check {setting}"
