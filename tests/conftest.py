@@ -277,8 +277,8 @@ def kill_running(*processes: subprocess.Popen[str] | None) -> None:
 @pytest.fixture(scope="module")
 def user_station() -> Iterator[Station]:
     """A shared station whose engine and members' `gpudesk` run a Python the users may run
-    (station_fixture.user_python_station; root only), one a module: its tests share it, so the
-    module keeps them on one worker (an xdist_group mark of its own)."""
+    (station_fixture.user_python_station; root only), one a module: a module whose tests share
+    it keeps them on one worker (an xdist_group mark of its own), so it is made once."""
     from station_fixture import user_python_station
 
     yield from user_python_station()
