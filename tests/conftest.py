@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import psutil
 import pytest
@@ -37,6 +38,9 @@ from gpudesk.hw import containment
 from gpudesk.hw.runner import read_wrapper_pid
 from gpudesk.paths import Home
 from gpudesk.policy.access import Access
+
+if TYPE_CHECKING:
+    from station_fixture import Station  # tests/shared (on the path: below)
 
 # The tests never read the user's own defaults (gpudesk.cli.config); test_config names its files.
 os.environ["GPUDESK_CONFIG"] = ""
@@ -260,6 +264,24 @@ def processes_in_group(pgid: int) -> list[psutil.Process]:
         except (ProcessLookupError, PermissionError, psutil.Error):
             pass
     return found
+
+
+def kill_running(*processes: subprocess.Popen[str] | None) -> None:
+    """Kill those of `processes` still running (None: one never started) and reap them."""
+    for process in processes:
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def user_station() -> Iterator[Station]:
+    """A shared station whose engine and members' `gpudesk` run a Python the users may run
+    (station_fixture.user_python_station; root only), one a module: a module whose tests share
+    it keeps them on one worker (an xdist_group mark of its own), so it is made once."""
+    from station_fixture import user_python_station
+
+    yield from user_python_station()
 
 
 @pytest.fixture

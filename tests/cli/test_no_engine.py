@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import EngineHandle
+from conftest import EngineHandle, kill_running
 
 from gpudesk.api.connection import engine_pid
 from gpudesk.paths import Home
@@ -304,10 +304,7 @@ def test_wait_and_logs_f_wait_through_an_engine_restart_for_the_jobs_real_exit(
             assert what in err and "error" not in err and "Traceback" not in err
         assert out == "ended\n"
     finally:
-        for process in (wait, follow):
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        kill_running(wait, follow)
     assert engine.job(long).exit_code == 3
 
 

@@ -13,7 +13,6 @@ import select
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,9 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
-
 from station_fixture import SYSTEM_PYTHON, Station, make_station
 from user_python import user_python
 

@@ -10,26 +10,15 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from user_python import user_python_folder
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
-from station_fixture import Station, make_station
+from station_fixture import Station
 
 pytestmark = pytest.mark.xdist_group("test_engine_start_codes")
 
 
-@pytest.fixture(scope="module")
-def setup() -> Iterator[tuple[Station, str]]:
-    with user_python_folder() as python:
-        for station in make_station(python=python):
-            yield station, python
-
-
-def start_as_root(station: Station, *args: str) -> subprocess.CompletedProcess[str]:
+def start_as_root(*args: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-P", "-m", "gpudesk", "engine", "start", "--system", *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUDESK_")}
     env |= {"COLUMNS": "300", "GPUDESK_BACKEND": "none"}
@@ -37,11 +26,11 @@ def start_as_root(station: Station, *args: str) -> subprocess.CompletedProcess[s
 
 
 def test_a_start_of_the_running_station_succeeds_and_one_asking_for_another_is_exit_3(
-    setup: tuple[Station, str],
+    user_station: Station,
 ) -> None:
-    station, _ = setup
+    station = user_station
     same = ("--state-dir", str(station.state_dir), "--socket", str(station.socket))
-    done = start_as_root(station, *same, "--group", station.group)
+    done = start_as_root(*same, "--group", station.group)
     assert done.returncode == 0, done.stderr
     assert "is already running (pid" in done.stdout
     for other in (
@@ -49,35 +38,34 @@ def test_a_start_of_the_running_station_succeeds_and_one_asking_for_another_is_e
         ("--state-dir", str(station.state_dir), "--group", station.admin_group),
     ):
         args = (*other[:2], "--socket", str(station.socket), *other[2:])
-        done = start_as_root(station, *args)
+        done = start_as_root(*args)
         assert done.returncode == 3, (other, done.stdout, done.stderr)
         assert "keeps its own settings" in done.stderr and "Traceback" not in done.stderr
     assert not (station.state_dir.parent / "other").exists()
-    done = start_as_root(station, *same, "--group", "nosuchgrp-gd")
+    done = start_as_root(*same, "--group", "nosuchgrp-gd")
     assert done.returncode == 2, done.stderr
     assert "--group nosuchgrp-gd: there is no such group" in done.stderr
     assert station.ok(None, "ping")  # the running engine was left as it was
 
 
-def test_a_state_folder_of_a_member_is_exit_4(setup: tuple[Station, str]) -> None:
-    station, _ = setup
+def test_a_state_folder_of_a_member_is_exit_4(user_station: Station) -> None:
+    station = user_station
     ada = station.users["ada"]
     top = Path(tempfile.mkdtemp(prefix="gd-codes-", dir="/tmp"))
     try:
         (top / "hers").mkdir()
         os.chown(top / "hers", ada.uid, ada.gid)
         args = ("--state-dir", str(top / "hers"), "--socket", str(top / "run" / "c.sock"))
-        done = start_as_root(station, *args, "--group", station.group)
+        done = start_as_root(*args, "--group", station.group)
         assert done.returncode == 4, done.stdout + done.stderr
         assert f"belongs to {ada.name}" in done.stderr and "Traceback" not in done.stderr
     finally:
         subprocess.run(["rm", "-rf", str(top)], check=False)
 
 
-def test_a_members_start_is_told_the_stations_engine_runs(setup: tuple[Station, str]) -> None:
-    station, python = setup
-    env = ["env", f"GPUDESK_SOCKET={station.socket}", "COLUMNS=300"]
-    done = station.run_as("ada", *env, python, "-P", "-m", "gpudesk", "engine", "start")
+def test_a_members_start_is_told_the_stations_engine_runs(user_station: Station) -> None:
+    station = user_station
+    done = station.gpudesk_as("ada", "engine", "start")
     assert done.returncode == 0, done.stdout + done.stderr
     pid = station.process.pid if station.process else None
     assert done.stdout.strip() == (

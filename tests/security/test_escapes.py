@@ -18,16 +18,13 @@ from pathlib import Path
 
 import pytest
 from conftest import EngineHandle
+from station_fixture import Station, make_station
 from terminal import on_a_terminal
 
-SHARED = Path(__file__).resolve().parent.parent / "shared"
-sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live beside its tests
-from station_fixture import Station, make_station  # noqa: E402
-
-from gpudesk import render  # noqa: E402
-from gpudesk.joblog.oom import gpu_oom_line  # noqa: E402
-from gpudesk.screens.feed import read_log_tail  # noqa: E402
-from gpudesk.text import printable, printable_bytes  # noqa: E402
+from gpudesk import render
+from gpudesk.joblog.oom import gpu_oom_line
+from gpudesk.screens.feed import read_log_tail
+from gpudesk.text import printable, printable_bytes
 
 GPUDESK = [sys.executable, "-m", "gpudesk"]
 PRINTF = r"before\033]0;pwned\007\033[2Jafter\n"  # printf(1)'s spelling of RAW

@@ -14,19 +14,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 from conftest import wait_for
+from station_fixture import Station, make_station
 
-SHARED = Path(__file__).resolve().parent.parent / "shared"
-sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live beside its tests
-from station_fixture import Station, make_station  # noqa: E402
-
-from gpudesk import trust  # noqa: E402
+from gpudesk import trust
 
 # A library whose constructor leaves a mark of the uid it ran as: as root in ROOT_MARK, as
 # anyone else in USER_MARK (proof that the job itself still got her LD_PRELOAD).

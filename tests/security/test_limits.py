@@ -28,12 +28,9 @@ from typing import Any
 
 import pytest
 from conftest import EngineHandle, Home
+from station_fixture import Station, make_station
 
 from gpudesk.hw import containment
-
-SHARED = Path(__file__).resolve().parent.parent / "shared"
-sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live beside its tests
-from station_fixture import Station, make_station  # noqa: E402
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import os
 import stat
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -24,13 +23,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from user_python import user_python
+from station_fixture import Station, user_python_station
 
 from gpudesk.core.datasets import DatasetSpec
 from gpudesk.loader.protocol import read_info
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
-from station_fixture import Station, make_station
 
 # A job: reads one epoch of the shared loader, checks every sample against its id, and prints
 # one JSON line (its ids and whether it read the producer or loaded locally).
@@ -69,18 +65,12 @@ on_station = pytest.mark.xdist_group("test_loader_station")
 
 @pytest.fixture(scope="module")
 def station() -> Iterator[tuple[Station, str, Path]]:
-    folder = Path(tempfile.mkdtemp(prefix="gd-ldr-", dir="/tmp"))
-    folder.chmod(0o755)
-    try:
-        python = user_python(folder)
-        script = folder / "consumer.py"
+    # producers stay up between the jobs of a test (a sweep's next job)
+    for made in user_python_station(engine_env={"GPUDESK_LOADER_GRACE_S": "60"}):
+        script = made.state_dir.parent / "consumer.py"  # in the station's folder, 0755
         script.write_text(CONSUMER)
         script.chmod(0o644)
-        # producers stay up between the jobs of a test (a sweep's next job)
-        for made in make_station(python=python, engine_env={"GPUDESK_LOADER_GRACE_S": "60"}):
-            yield made, python, script
-    finally:
-        subprocess.run(["rm", "-rf", str(folder)], check=False)
+        yield made, made.python, script
 
 
 def run_job(station: Station, python: str, script: Path, role: str, name: str) -> tuple[dict, str]:

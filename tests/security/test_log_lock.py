@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,10 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-SHARED = Path(__file__).resolve().parent.parent / "shared"
-sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live beside its tests
-from station_fixture import SYSTEM_PYTHON, Station, make_station  # noqa: E402
+from station_fixture import SYSTEM_PYTHON, Station, make_station
 
 # A ping answered by an engine that is not stalled takes milliseconds; on a loaded 2-core test
 # machine a few hundred. Assumption: 1.5 s is far above that and far below the 6 s each of her

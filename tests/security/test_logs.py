@@ -28,14 +28,11 @@ from pathlib import Path
 import pytest
 from conftest import EngineHandle, can_cut_head
 from local_users import LocalUser, local_accounts, skip_unless_root
+from station_fixture import Station, make_station
 
-SHARED = Path(__file__).resolve().parent.parent / "shared"
-sys.path.insert(0, str(SHARED))  # the station fixture and its raw client live beside its tests
-from station_fixture import Station, make_station  # noqa: E402
-
-from gpudesk import joblog  # noqa: E402
-from gpudesk.joblog.progress import ProgressLine, ProgressReader  # noqa: E402
-from gpudesk.trust import RECORD_MAX_BYTES, UntrustedFileError  # noqa: E402
+from gpudesk import joblog
+from gpudesk.joblog.progress import ProgressLine, ProgressReader
+from gpudesk.trust import RECORD_MAX_BYTES, UntrustedFileError
 
 # its module-scoped fixture is made once: the module stays on one worker (--dist loadgroup)
 pytestmark = pytest.mark.xdist_group("test_logs")

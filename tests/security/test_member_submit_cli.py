@@ -5,45 +5,20 @@ and the real CLI, run by each user as `gpudesk` is (root only)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from user_python import user_python_folder
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
-from station_fixture import Station, make_station
+from station_fixture import Station
 
 # one station (and user Python) for the module's two tests: neither leaves a job of ada's
 # (its module-scoped fixture is made once: the module stays on one worker, --dist loadgroup)
 pytestmark = pytest.mark.xdist_group("test_member_submit_cli")
 
 
-@pytest.fixture(scope="module")
-def setup() -> Iterator[tuple[Station, str]]:
-    with user_python_folder() as python:
-        for station in make_station(python=python):
-            yield station, python
-
-
-def submit_as(station: Station, python: str, role: str, *args: str) -> subprocess.CompletedProcess:
-    argv = [python, "-P", "-m", "gpudesk", "submit", *args]
-    env = ["env", f"GPUDESK_SOCKET={station.socket}", "COLUMNS=300"]
-    return subprocess.run(
-        ["runuser", "-u", station.users[role].name, "--", *env, *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd="/",
-    )
-
-
-def test_a_members_raised_priority_is_refused_as_the_option(setup: tuple[Station, str]) -> None:
-    station, python = setup
-    done = submit_as(station, python, "ada", "--name", "jump", "--priority", "5", "--", "true")
+def test_a_members_raised_priority_is_refused_as_the_option(user_station: Station) -> None:
+    station = user_station
+    done = station.gpudesk_as("ada", "submit", "--name", "jump", "--priority", "5", "--", "true")
     assert done.returncode == 1, done.stdout + done.stderr
     said = done.stderr
     assert said.startswith("error: --priority: refused: only "), said
@@ -52,20 +27,20 @@ def test_a_members_raised_priority_is_refused_as_the_option(setup: tuple[Station
     assert len(said.strip().splitlines()) == 1, said
     assert station.ok("ada", "jobs")["jobs"] == []
     # an admin may: the same command queues it
-    done = submit_as(station, python, "admin", "--name", "jump", "--priority", "5", "--", "true")
+    done = station.gpudesk_as("admin", "submit", "--name", "jump", "--priority", "5", "--", "true")
     assert done.returncode == 0, done.stderr
 
 
 def test_a_member_asking_for_the_station_engine_is_told_it_is_roots(
-    setup: tuple[Station, str],
+    user_station: Station,
 ) -> None:
     """The station's state folder is root's, 0711: click's own Path check refused it as "not
     readable" (exit 2), its default value too, before the command could say what is wrong."""
-    station, python = setup
+    station = user_station
     state = Path(tempfile.mkdtemp(prefix="gd-state-", dir="/tmp"))
     try:
         state.chmod(0o711)  # as a station's engine leaves its own
-        argv = [python, "-P", "-m", "gpudesk", "engine", "start", "--system"]
+        argv = [station.python, "-P", "-m", "gpudesk", "engine", "start", "--system"]
         argv += ["--state-dir", str(state), "--socket", str(state / "run" / "control.sock")]
         done = station.run_as("ada", *argv)
     finally:

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
 from station_fixture import Station, make_station
 
 # What ada's job tries in its own attempt folder ($STATE/jobs/ID/N: the station's state folder,

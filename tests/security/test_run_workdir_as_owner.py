@@ -9,59 +9,15 @@ why, where it cannot run."""
 from __future__ import annotations
 
 import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-from user_python import user_python
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
-from station_fixture import Station, make_station
-
-
-@pytest.fixture
-def setup() -> Iterator[tuple[Station, str, Path]]:
-    folder = Path(tempfile.mkdtemp(prefix="gd-wd-", dir="/tmp"))
-    folder.chmod(0o755)
-    try:
-        python = user_python(folder)
-        for station in make_station(python=python):
-            yield station, python, folder
-    finally:
-        subprocess.run(["rm", "-rf", str(folder)], check=False)
-
-
-def run_as(
-    station: Station, python: str, role: str, profile: Path
-) -> subprocess.CompletedProcess[str]:
-    env = ["env", f"GPUDESK_SOCKET={station.socket}", "COLUMNS=300"]
-    return subprocess.run(
-        [
-            "runuser",
-            "-u",
-            station.users[role].name,
-            "--",
-            *env,
-            python,
-            "-P",
-            "-m",
-            "gpudesk",
-            "run",
-            str(profile),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd="/",
-    )
+from station_fixture import Station
 
 
 def test_a_members_workdirs_are_checked_as_she_sees_them_before_anything_is_submitted(
-    setup: tuple[Station, str, Path],
+    user_station: Station,
 ) -> None:
-    station, python, folder = setup
+    station = user_station
+    folder = station.state_dir.parent  # the station's own, 0755 (make_station)
     ada = station.users["ada"]
     own = folder / "ada"
     own.mkdir()
@@ -78,7 +34,7 @@ def test_a_members_workdirs_are_checked_as_she_sees_them_before_anything_is_subm
         f'[[jobs]]\nname = "filed"\ncommand = ["true"]\nworkdir = "{own / "notes"}"\n'
     )
     subprocess.run(["chown", f"{ada.uid}:{ada.gid}", str(profile)], check=True)
-    refused = run_as(station, python, "ada", profile)
+    refused = station.gpudesk_as("ada", "run", str(profile))
     assert refused.returncode == 2, (refused.stdout, refused.stderr)
     assert (
         f"p.toml:4: jobs[0].workdir: the working directory {own / 'notes'} is not a "
@@ -92,7 +48,7 @@ def test_a_members_workdirs_are_checked_as_she_sees_them_before_anything_is_subm
     profile.write_text(
         f'[[jobs]]\nname = "nosy"\ncommand = ["true"]\nworkdir = "{closed / "secret"}"\n'
     )
-    tried = run_as(station, python, "ada", profile)
+    tried = station.gpudesk_as("ada", "run", str(profile))
     assert tried.returncode == 1, (tried.stdout, tried.stderr)
     (job,) = station.ok(None, "jobs")["jobs"]
     assert job["state"] == "failed" and str(closed / "secret") in job["reason"], job

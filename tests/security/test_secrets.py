@@ -14,20 +14,13 @@ saying why, where it cannot run.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from user_python import user_python_folder
+from station_fixture import Station
 
 from gpudesk.redact import redact_secrets
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
-from station_fixture import Station, make_station
 
 SECRET = "S3cret"
 URI = f"http://ada:{SECRET}@127.0.0.1:1/?token=T0ken{SECRET}"  # nothing answers there
@@ -71,24 +64,9 @@ def test_secrets_in_a_message_are_redacted_wherever_the_uri_sits() -> None:
 
 
 # ------------------------------------------------------------------------ end to end
-@pytest.fixture
-def setup() -> Iterator[tuple[Station, str]]:
-    with user_python_folder() as python:
-        for station in make_station(python=python):
-            yield station, python
-
-
-def cli(station: Station, python: str, role: str, *args: str) -> str:
+def cli(station: Station, role: str, *args: str) -> str:
     """The gpudesk CLI as `role`'s user, talking to the station's engine: its output."""
-    argv = [python, "-P", "-m", "gpudesk", *args]
-    env = ["env", f"GPUDESK_SOCKET={station.socket}", "COLUMNS=300"]
-    done = subprocess.run(
-        ["runuser", "-u", station.users[role].name, "--", *env, *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd="/",
-    )
+    done = station.gpudesk_as(role, *args)
     assert done.returncode == 0, (args, done.stderr)
     return done.stdout
 
@@ -107,9 +85,9 @@ def every_view(station: Station, role: str, job_id: int) -> dict[str, Any]:
 
 @pytest.mark.slow(7)
 def test_a_tracking_uris_password_is_shown_to_its_owner_and_the_admins_only(
-    setup: tuple[Station, str],
+    user_station: Station,
 ) -> None:
-    station, python = setup
+    station = user_station
     job = {
         "name": "tracked",
         "command": ["sleep", "60"],
@@ -133,7 +111,7 @@ def test_a_tracking_uris_password_is_shown_to_its_owner_and_the_admins_only(
     assert SECRET not in seen, seen
     assert "http://ada:***@127.0.0.1:1/?token=***" in seen  # the rest of the URI stays
     for args in (("show", str(job_id)), ("queue", "--json"), ("engine", "status")):
-        text = cli(station, python, "bob", *args)
+        text = cli(station, "bob", *args)
         assert SECRET not in text, (args, text)
     events = station.ok("ada", "show", job=job_id)["events"]
     assert SECRET not in json.dumps(events)  # the events: read by others, redacted always
@@ -146,4 +124,4 @@ def test_a_tracking_uris_password_is_shown_to_its_owner_and_the_admins_only(
         assert views["show"]["tracking"]["mlflow_uri"] == URI
         assert views["show"]["job"]["spec"]["tracking"]["mlflow_uri"] == URI
         assert [s["mlflow_uri"] for s in views["status"]["tracking"]] == [URI]
-        assert URI in cli(station, python, role, "show", str(job_id))
+        assert URI in cli(station, role, "show", str(job_id))

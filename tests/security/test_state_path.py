@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 from local_users import LocalAccounts, local_accounts
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
 from station_fixture import Station, make_station
 
 from gpudesk.engine.startup import EXIT_BAD_HOME

@@ -10,31 +10,19 @@ is told it is the station's, never to take it."""
 from __future__ import annotations
 
 import shlex
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from user_python import user_python_folder
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
-from station_fixture import Station, make_station
+from station_fixture import Station
 
 # one station (and user Python) for the module (the module stays on one worker, --dist loadgroup)
 pytestmark = pytest.mark.xdist_group("test_station_job_env")
 
 
-@pytest.fixture(scope="module")
-def setup() -> Iterator[tuple[Station, str]]:
-    with user_python_folder() as python:
-        for station in make_station(python=python):
-            yield station, python
-
-
-def test_gpudesk_in_a_station_job_submits_to_the_station(setup: tuple[Station, str]) -> None:
+def test_gpudesk_in_a_station_job_submits_to_the_station(user_station: Station) -> None:
     """Her shell sent no GPUDESK_SOCKET (a station at its default socket: members set none)."""
-    station, python = setup
-    inner = f"{shlex.quote(python)} -P -m gpudesk submit --name chained -- true"
+    station = user_station
+    inner = f"{shlex.quote(station.python)} -P -m gpudesk submit --name chained -- true"
     script = f'echo "home=${{GPUDESK_HOME-unset}} socket=${{GPUDESK_SOCKET-unset}}"; {inner}'
     job = {"name": "chain", "command": ["sh", "-c", script], "workdir": "/", "gpus": 0}
     job_id = station.submit("ada", job, env={"PATH": "/usr/bin:/bin"})
@@ -50,11 +38,11 @@ def test_gpudesk_in_a_station_job_submits_to_the_station(setup: tuple[Station, s
 
 @pytest.mark.parametrize("command", [["submit", "--", "true"], ["queue"]])
 def test_the_station_state_named_as_a_home_is_said_to_be_the_stations(
-    setup: tuple[Station, str], command: list[str]
+    user_station: Station, command: list[str]
 ) -> None:
-    station, python = setup
+    station = user_station
     env = ["env", "-u", "GPUDESK_SOCKET", f"GPUDESK_HOME={station.state_dir}"]
-    done = station.run_as("ada", *env, python, "-P", "-m", "gpudesk", *command)
+    done = station.run_as("ada", *env, station.python, "-P", "-m", "gpudesk", *command)
     assert done.returncode != 0, done.stdout
     said = done.stderr
     assert f"{station.state_dir} is the state folder of a shared station's engine" in said, said

@@ -14,15 +14,12 @@ import os
 import shutil
 import signal
 import stat
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
 from station_fixture import SYSTEM_PYTHON, Station, make_station
 
 SECRET = "T0p-s3cret-of-ada"

@@ -17,7 +17,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any, cast
 
 import psutil
 import pytest
-from user_python import user_python_folder
+from station_fixture import Station, user_python_station
 
 from gpudesk import trust
 from gpudesk.core.identity import Identity
@@ -36,9 +35,6 @@ from gpudesk.engine.services.tracking.sidecar import WORKER_ENV, Sidecar
 from gpudesk.paths import Home
 from gpudesk.tracking import content, messages
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "shared"))
-from station_fixture import Station, make_station
-
 # No store answers at these: no run is ever made by a real worker.
 ADA_STORE, BOB_STORE = "http://127.0.0.1:1/", "http://127.0.0.1:2/"
 FORGED_RUN_ID = "f" * 32
@@ -47,9 +43,8 @@ FORGED_RUN_ID = "f" * 32
 # ------------------------------------------------------------------------ end to end
 @pytest.fixture
 def station() -> Iterator[Station]:
-    with user_python_folder() as python:
-        # A job waits for its MLflow run at most a second: no store answers here.
-        yield from make_station(python=python, engine_env={"GPUDESK_TRACKING_WAIT_S": "1"})
+    # A job waits for its MLflow run at most a second: no store answers here.
+    yield from user_python_station(engine_env={"GPUDESK_TRACKING_WAIT_S": "1"})
 
 
 def tracked(name: str, uri: str) -> dict[str, object]:

@@ -11,7 +11,8 @@ users and groups (local_users).
 
 `python`: the interpreter the engine runs (default: the tests' own). The engine starts its
 tracking workers, as the jobs' owners, with its own interpreter: a test of them gives one the
-users may run (tests/security/user_python.py), since the project's may sit in root's home.
+users may run (tests/security/user_python.py), since the project's may sit in root's home
+(`user_python_station`; a module's `user_station` fixture, tests/conftest.py).
 `engine_env`: variables for the engine's own environment (GPUDESK_TRACKING_WAIT_S, say)."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +108,19 @@ class Station:
             cwd="/",
             check=False,
         )
+
+    def gpudesk_argv(self, *args: str, env: Sequence[str] = ()) -> list[str]:
+        """`gpudesk ARGS` as a member runs it: under the engine's Python (a user Python, where
+        the station was given one: user_python_station), with the station's GPUDESK_SOCKET and
+        COLUMNS=300 (`env`: env(1)'s further NAME=VALUE, which win)."""
+        env = ("env", f"GPUDESK_SOCKET={self.socket}", "COLUMNS=300", *env)
+        return [*env, self.python, "-P", "-m", "gpudesk", *args]
+
+    def gpudesk_as(
+        self, role: str, *args: str, env: Sequence[str] = ()
+    ) -> subprocess.CompletedProcess[str]:
+        """`gpudesk ARGS` (gpudesk_argv) run to its end as `role`'s user (run_as)."""
+        return self.run_as(role, *self.gpudesk_argv(*args, env=env))
 
     @contextmanager
     def popen_as(
@@ -234,3 +248,14 @@ def make_station(
             if station is not None:
                 station.stop()  # before the users go: their jobs end with the engine's care
             shutil.rmtree(top, ignore_errors=True)
+
+
+def user_python_station(engine_env: Mapping[str, str] | None = None) -> Iterator[Station]:
+    """A station (make_station) whose engine, its tracking workers and its members' `gpudesk`
+    (Station.gpudesk_as) run a Python the users may run (tests/security/user_python.py), as
+    `station.python`; it and its folder are removed afterwards."""
+    # on the tests' path alone (tests/security): bench/hostile_user.py imports this module too
+    from user_python import user_python_folder
+
+    with user_python_folder() as python:
+        yield from make_station(python=python, engine_env=engine_env)

@@ -5,47 +5,27 @@ CLI, run by each user as `gpudesk` is (root only; see station_fixture)."""
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Iterator
-
-import pytest
-from station_fixture import Station, make_station
-from user_python import user_python_folder
+from station_fixture import Station
 
 
-@pytest.fixture
-def setup() -> Iterator[tuple[Station, str]]:
-    with user_python_folder() as python:
-        for station in make_station(python=python):
-            yield station, python
-
-
-def gpudesk_as(
-    setup: tuple[Station, str], role: str, *args: str
-) -> subprocess.CompletedProcess[str]:
-    station, python = setup
-    env = ["env", f"GPUDESK_SOCKET={station.socket}", "COLUMNS=300"]
-    return station.run_as(role, *env, python, "-P", "-m", "gpudesk", *args)
-
-
-def submitted(setup: tuple[Station, str], role: str, *args: str) -> int:
-    done = gpudesk_as(setup, role, "submit", "--parsable", *args)
+def submitted(station: Station, role: str, *args: str) -> int:
+    done = station.gpudesk_as(role, "submit", "--parsable", *args)
     assert done.returncode == 0, done.stdout + done.stderr
     return int(done.stdout)
 
 
 def test_a_name_names_the_members_own_job_before_anothers_newer_one(
-    setup: tuple[Station, str],
+    user_station: Station,
 ) -> None:
-    station = setup[0]
-    bobs = submitted(setup, "bob", "--hold", "--name", "common", "--", "true")
-    adas = submitted(setup, "ada", "--hold", "--name", "common", "--", "true")
-    only_adas = submitted(setup, "ada", "--hold", "--name", "adas-own", "--", "true")
+    station = user_station
+    bobs = submitted(station, "bob", "--hold", "--name", "common", "--", "true")
+    adas = submitted(station, "ada", "--hold", "--name", "common", "--", "true")
+    only_adas = submitted(station, "ada", "--hold", "--name", "adas-own", "--", "true")
 
     # --after NAME binds to bob's own job, not ada's newer one; a name only ada has is hers
-    dep = submitted(setup, "bob", "--hold", "--name", "bdep", "--after", "common", "--", "true")
+    dep = submitted(station, "bob", "--hold", "--name", "bdep", "--after", "common", "--", "true")
     assert station.job(dep)["spec"]["after"] == [bobs]
-    other = submitted(setup, "bob", "--hold", "--name", "b2", "--after", "adas-own", "--", "true")
+    other = submitted(station, "bob", "--hold", "--name", "b2", "--after", "adas-own", "--", "true")
     assert station.job(other)["spec"]["after"] == [only_adas]
 
     # show: each member's own; root, who has no job of that name, sees the newest of anyone's
@@ -54,7 +34,7 @@ def test_a_name_names_the_members_own_job_before_anothers_newer_one(
     assert station.ok(None, "show", job="common")["job"]["id"] == adas
 
     # cancel by name acts on bob's own job and leaves ada's as it was
-    done = gpudesk_as(setup, "bob", "cancel", "common")
+    done = station.gpudesk_as("bob", "cancel", "common")
     assert done.returncode == 0, done.stdout + done.stderr
     assert station.job(bobs)["state"] == "cancelled"
     assert station.job(adas)["state"] == "queued"
@@ -62,6 +42,6 @@ def test_a_name_names_the_members_own_job_before_anothers_newer_one(
     assert station.wait_state(dep, "cancelled")["state"] == "cancelled"
 
     # an admin with no job of that name acts on the newest of anyone's, as before
-    done = gpudesk_as(setup, "admin", "cancel", "common")
+    done = station.gpudesk_as("admin", "cancel", "common")
     assert done.returncode == 0, done.stdout + done.stderr
     assert station.job(adas)["state"] == "cancelled"

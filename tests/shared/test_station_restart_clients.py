@@ -7,35 +7,26 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 import pytest
-from station_fixture import Station, make_station
-from user_python import user_python_folder
+from conftest import kill_running
+from station_fixture import Station
 
 # one station (and user Python) for the module's tests: each leaves the engine running
 pytestmark = pytest.mark.xdist_group("test_station_restart_clients")
 
 
-@pytest.fixture(scope="module")
-def setup() -> Iterator[tuple[Station, str]]:
-    with user_python_folder() as python:
-        for station in make_station(python=python):
-            yield station, python
-
-
-def as_member(station: Station, python: str, *args: str) -> list[str]:
+def as_member(station: Station, *args: str) -> list[str]:
     """The command line of `gpudesk ARGS` run by bob, a member, as `gpudesk` is run there."""
-    env = ["env", f"GPUDESK_SOCKET={station.socket}", "COLUMNS=100", "GPUDESK_BACKEND=none"]
-    return ["runuser", "-u", station.users["bob"].name, "--", *env, python, "-P", "-m", "gpudesk",
-            *args]  # fmt: skip
+    argv = station.gpudesk_argv(*args, env=("COLUMNS=100", "GPUDESK_BACKEND=none"))
+    return ["runuser", "-u", station.users["bob"].name, "--", *argv]
 
 
-def member(station: Station, python: str, *args: str) -> subprocess.Popen[str]:
+def member(station: Station, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        as_member(station, python, *args),
+        as_member(station, *args),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -67,17 +58,17 @@ def line_with(stream: IO[str], words: str, timeout: float = 30.0) -> str:
 
 
 def test_a_members_wait_and_logs_f_go_on_across_an_engine_restart(
-    setup: tuple[Station, str],
+    user_station: Station,
 ) -> None:
     """Both ended with exit 3 ("the engine stopped answering … set GPUDESK_HOME") when the
     admin restarted the engine, the same status as a job's own exit 3. Now each says once
     that the station's engine is away, without the personal-engine advice, waits for it,
     and ends with the job's real status (5), the job having ended while no engine ran."""
-    station, python = setup
+    station = user_station
     first, first_gate = gated_job(station, "first", 0)
     job_id, gate = gated_job(station, "longw", 5)
-    wait = member(station, python, "wait", str(first), str(job_id))
-    follow = member(station, python, "logs", "-f", str(job_id))
+    wait = member(station, "wait", str(first), str(job_id))
+    follow = member(station, "logs", "-f", str(job_id))
     try:
         assert wait.stdout is not None and follow.stdout is not None
         assert wait.stderr is not None and follow.stderr is not None
@@ -103,37 +94,32 @@ def test_a_members_wait_and_logs_f_go_on_across_an_engine_restart(
             assert "error" not in err and "Traceback" not in err
         assert out == "ended\n"
     finally:
-        for process in (wait, follow):
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        kill_running(wait, follow)
         if station.process is None:
             station.start()
     assert station.job(job_id)["exit_code"] == 5
 
 
 def test_top_with_the_station_engine_down_says_so_and_claims_no_jobs(
-    setup: tuple[Station, str],
+    user_station: Station,
 ) -> None:
     """`top --once` said "engine not running … no running jobs", exit 0, while bob's job ran
     on. Now `--once` and `--json` give the paragraph `queue` gives, exit 3, and no frame; the
     live top says the engine is not running, that the jobs are unknown, and shows the engine's
     view, with bob's job, once it is back."""
-    station, python = setup
+    station = user_station
     job_id, gate = gated_job(station, "topjob", 0)
     station.stop()
     live = None
     try:
-        queue = subprocess.run(as_member(station, python, "queue"), capture_output=True, text=True)
+        queue = subprocess.run(as_member(station, "queue"), capture_output=True, text=True)
         paragraph = queue.stderr.strip()
         assert paragraph.startswith("error: the station's engine at "), queue.stderr
         for args in (["--once"], ["--json"]):
-            done = subprocess.run(
-                as_member(station, python, "top", *args), capture_output=True, text=True
-            )
+            done = subprocess.run(as_member(station, "top", *args), capture_output=True, text=True)
             assert done.returncode == 3, done.stdout + done.stderr
             assert done.stderr.strip() == paragraph and done.stdout == ""
-        live = member(station, python, "top", "--interval", "0.3")
+        live = member(station, "top", "--interval", "0.3")
         assert live.stdout is not None
         line_with(live.stdout, "engine not running")  # the header; the note says who starts it
         assert line_with(live.stdout, "running jobs").startswith("running jobs: unknown")
@@ -144,14 +130,12 @@ def test_top_with_the_station_engine_down_says_so_and_claims_no_jobs(
         live.wait()
         shown = json.loads(
             subprocess.run(
-                as_member(station, python, "top", "--json"), capture_output=True, text=True
+                as_member(station, "top", "--json"), capture_output=True, text=True
             ).stdout
         )
         assert [job["id"] for job in shown["jobs"]] == [job_id]
     finally:
-        if live is not None and live.poll() is None:
-            live.kill()
-            live.wait()
+        kill_running(live)
         if station.process is None:
             station.start()
         gate.touch()
