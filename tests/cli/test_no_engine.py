@@ -376,9 +376,7 @@ def test_run_waits_through_an_engine_restart_and_follows_its_run_to_the_report(
         engine.start()
         out, err = run.communicate(timeout=60)
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
+        kill_running(run)
     assert run.returncode == 0, out + err
     assert err.startswith("gpudesk: the engine answers again"), err
     assert "error" not in err and "Traceback" not in err
