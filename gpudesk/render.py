@@ -135,6 +135,12 @@ def fill(text: str, width: int, indent: str = "  ") -> str:
     )
 
 
+def fold(text: str, width: int | None) -> str:
+    """A line said beside a table (a banner, a note) folded as `fill` folds it into the table's
+    `width`; whole where there is none (a pipe: one line, as a script greps it)."""
+    return text if width is None else fill(text, width)
+
+
 def cell_width(text: str) -> int:
     """The columns `text` takes on a terminal: a wide (East Asian) character takes two, so a
     job named `训练-模型-大` is 12 columns, not 7 (rich's cell widths; plain ASCII, nearly every
@@ -316,7 +322,10 @@ def fitted_table(
 ) -> tuple[str, list[str]]:
     """`table` in `width` columns, leaving out `optional` columns (the last listed first) while
     it would not fit otherwise, `shrink` columns clipped down to their `min_widths` at most;
-    the table and the headers of the columns left out (for a line saying how to see them)."""
+    where it still does not fit once every optional column is out (a 40-column terminal), the
+    `shrink` columns give way below their `min_widths` too, down to their headers: the columns
+    kept (ids, states) then fit whole. The table and the headers of the columns left out (for
+    a line saying how to see them)."""
     kept = list(range(len(headers)))
     dropped: list[str] = []
     for column in [*reversed(optional), None]:
@@ -329,7 +338,10 @@ def fitted_table(
         )
         moved = [index[i] for i in shrink if i in index]
         floors = {index[i]: w for i, w in (min_widths or {}).items() if i in index}
-        if column is None or _layout(*args, width, moved, floors)[2] <= 0:
+        fits = _layout(*args, width, moved, floors)[2] <= 0
+        if column is None and not fits:
+            floors = {}  # nothing left to leave out: a name clipped short beats a wrapped line
+        if column is None or fits:
             text = table(
                 *args,
                 right=[index[i] for i in right if i in index],

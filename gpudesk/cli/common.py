@@ -57,9 +57,12 @@ def consecutive(ids: Sequence[int]) -> bool:
     return bool(ids) and ids[-1] - ids[0] + 1 == len(ids)
 
 
-def simulated_banner(backend: str) -> str:
-    """The line a listing or report of a SIMULATED station starts with (`sim:MODEL`)."""
-    return f"SIMULATED station ({backend}): its GPUs are not real"
+def simulated_banner(backend: str, width: int | None = None) -> str:
+    """The line a listing or report of a SIMULATED station starts with (`sim:MODEL`); folded
+    into `width` columns where one is given (SIMULATED stays first), whole for a pipe."""
+    from gpudesk import render
+
+    return render.fold(f"SIMULATED station ({backend}): its GPUs are not real", width)
 
 
 def print_json(data: Any) -> None:

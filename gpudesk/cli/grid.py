@@ -37,13 +37,13 @@ def grid_command(
     if json_out:
         print_json({"regions": [asdict(r) for r in rows]})
         return
-    print(
-        render.table(
-            ("CODE", "ALPHA-3", "NAME", "G CO2E/KWH", "YEAR", "SOURCE"),
-            [(r.code, r.alpha3 or "-", r.name, f"{r.g_per_kwh:g}", r.year, r.source) for r in rows],
-            max_widths={2: 28},
-            right=(3,),
-            width=render.terminal_width(),
-            shrink=(5, 2),  # the long source first: a country keeps its name
-        )
+    table, _ = render.fitted_table(
+        ("CODE", "ALPHA-3", "NAME", "G CO2E/KWH", "YEAR", "SOURCE"),
+        [(r.code, r.alpha3 or "-", r.name, f"{r.g_per_kwh:g}", r.year, r.source) for r in rows],
+        width=render.terminal_width(),
+        optional=(4, 1),  # ALPHA-3 gives way first (CODE names the region), then YEAR
+        max_widths={2: 28},
+        right=(3,),
+        shrink=(5, 2),  # the long source first: a country keeps its name
     )
+    print(table)

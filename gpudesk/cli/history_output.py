@@ -159,15 +159,18 @@ def history_table(rows: Sequence[HistoryRow], width: int | None) -> str:
         headers,
         cells,
         width=width,
-        optional=(2, 9, 13, 10, 11, *([14] if commented else [])),  # the last gives way first
-        max_widths={1: 32, 2: 10, 7: 16, 14: 40},
+        # the last gives way first: at 40 columns ID, NAME, STATE, EXIT and WALL are left
+        optional=(6, 4, 5, 7, 12, 8, 2, 9, 13, 10, 11, *([14] if commented else [])),
+        max_widths={2: 10, 7: 16, 14: 40},  # a name takes the room there is
         right=(0, 4, 8, 9, 10, 11, 12, 13),
         shrink=(7, 1, 2),
         middle=(1,),
         min_widths={1: 12},
     )
     if left_out:
-        text += f"\n({', '.join(left_out)} with --wide, or in --format csv)"
+        text += "\n" + render.fold(
+            f"({', '.join(left_out)} with --wide, or in --format csv)", width
+        )
     return text
 
 
@@ -291,7 +294,7 @@ class TableOutput(HistoryOutput):
             print("no finished jobs" + (f" since {self.since}" if self.since else ""))
             return
         if simulated:
-            print(simulated_banner(simulated))  # said first, as `queue` says it
+            print(simulated_banner(simulated, self.width))  # said first, as `queue` says it
         print(history_table(rows, self.width))
 
 

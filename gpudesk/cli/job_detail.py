@@ -35,7 +35,7 @@ def detail_lines(data: JobDetail, after: list[JobView], width: int) -> list[str]
     """`gpudesk show JOB` in `width` columns; `after`: the jobs it runs after, as they stand."""
     lines = _spec_lines(data.job, width)
     if data.simulated and data.job.spec.gpus:  # said first, as `queue` says it: its GPUs' figures
-        lines.insert(0, simulated_banner(data.simulated))
+        lines.insert(0, simulated_banner(data.simulated, width))
     if data.job.spec.after:
         lines.extend(_after_field(data.job, after, width))
     lines.extend(job_extras_view.show_lines(data.job, data.array))

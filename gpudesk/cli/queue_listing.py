@@ -70,9 +70,11 @@ def where_or_why(job: JobView) -> str:
 def queue_rows(jobs: list[JobView], width: int | None, long: bool = False) -> str:
     """The queue as a table in `width` columns (None: no limit, for a pipe): the reason
     gives way first, then the name (clipped in the middle: a sweep's jobs differ at the end),
-    then the user, then whole columns (TRY, PRI, SUBMITTED); ids and states are never
-    clipped. EXIT only when a listed job has ended. `long`: LEFT (a running job's remaining
-    time), BEGIN, ARRAY and COMMENT after the reason, the comment clipped first."""
+    then the user, then whole columns (TRY, PRI, SUBMITTED, the `long` ones, GPUS, EXIT, USER,
+    TIME: at 40 columns ID, NAME, STATE and SLOT(REASON) are left); ids and states are never
+    clipped. A name takes the room there is, up to the longest listed. EXIT only when a listed
+    job has ended. `long`: LEFT (a running job's remaining time), BEGIN, ARRAY and COMMENT
+    after the reason, the comment clipped first."""
     from gpudesk import render
     from gpudesk.cli import job_extras_view
 
@@ -98,13 +100,15 @@ def queue_rows(jobs: list[JobView], width: int | None, long: bool = False) -> st
     ]
     last = len(headers) - 1
     headers += job_extras_view.LONG_HEADERS if long else []
+    extras = tuple(range(last + 1, len(headers)))  # LEFT, BEGIN, ARRAY, COMMENT with `long`
     text, _ = render.fitted_table(
         headers,
         rows,
         width=width,
-        # where names would be clipped below 16, TRY gives way first, then PRI, then SUBMITTED
-        optional=(last - 1, 4, 5),
-        max_widths={1: 32, 2: 12},
+        # where names would be clipped below 16, TRY gives way first, then PRI, then SUBMITTED,
+        # then the `long` columns (COMMENT first), GPUS, EXIT, USER and TIME
+        optional=(7, 2, *((8,) if ended else ()), 6, *extras, last - 1, 4, 5),
+        max_widths={2: 12},
         right=((0, 4, 6, 7, 8) if ended else (0, 4, 6, 7)) + ((last + 1,) if long else ()),
         shrink=(len(headers) - 1, last, 1, 2) if long else (last, 1, 2),
         middle=(1,),
@@ -170,26 +174,29 @@ def list_queue(options: QueueOptions) -> None:
         if cut:
             print(cut, file=sys.stderr)
         return
+    width = render.table_width()  # the lines said beside the table fold into it too
     if listed.simulated:  # said first: the GPUs these jobs are placed on are not real
-        print(simulated_banner(listed.simulated))
+        print(simulated_banner(listed.simulated, width))
     if listed.drain is not None:
-        print(f"DRAINED: the station is {listed.drain.line()}; no job starts until undrained")
+        drained = f"DRAINED: the station is {listed.drain.line()}; no job starts until undrained"
+        print(render.fold(drained, width))
     if not jobs:
         if cut:
-            print(cut)
+            said = cut
         elif state is not None or name is not None:
-            print("no jobs match")
+            said = "no jobs match"
         elif options.all_jobs:
-            print("no jobs")
+            said = "no jobs"
         else:
-            print("no queued or running jobs (gpudesk queue --all shows finished ones)")
+            said = "no queued or running jobs (gpudesk queue --all shows finished ones)"
+        print(render.fold(said, width))
         return
-    print(queue_rows(jobs, render.table_width(), options.long))
+    print(queue_rows(jobs, width, options.long))
     unsaved = next((job.unsaved for job in jobs if job.unsaved), None)
     if unsaved:  # a full disk: the state shown is the engine's, not yet in its store
-        print(f"* {unsaved}")
+        print(render.fold(f"* {unsaved}", width))
     if cut:
-        print(cut)
+        print(render.fold(cut, width))
 
 
 def fetch_listed(

@@ -467,9 +467,10 @@ def _gpu_line(gpu: dict[str, Any]) -> str:
 
 
 def _jobs_table(jobs: list[dict[str, Any]], width: int) -> str:
-    """The running jobs, one line each. While one is suspended (`gpudesk suspend`: stopped,
-    its GPUs held) a STATE column says which, SUSPENDED or running; the user and the name
-    give it their room."""
+    """The running jobs, one line each, in `width` columns: the user and the name give way
+    first (clipped), then whole columns (CPU, RSS, ENERGY, GPU MEM, USER, TIME); ID, NAME,
+    SLOT and a STATE stay. The STATE column is there while a job is suspended (`gpudesk
+    suspend`: stopped, its GPUs held): SUSPENDED or running."""
     stopped = any(job.get("suspended") for job in jobs)
     rows = []
     for job in jobs:
@@ -493,15 +494,20 @@ def _jobs_table(jobs: list[dict[str, Any]], width: int) -> str:
         )
     headers = ("ID", "USER", "NAME", *(["STATE"] if stopped else []), "SLOT")
     extra = 1 if stopped else 0
-    return render.table(
+    # the columns after the name, where a STATE column moves them
+    time_at, cpu_at, rss_at, gpu_memory_at, energy_at = (i + extra for i in (4, 5, 6, 7, 8))
+    table, _ = render.fitted_table(
         (*headers, "TIME", "CPU", "RSS", "GPU MEM", "ENERGY"),
         rows,
-        max_widths={1: 8, 2: max(8, width - 69), 3 + extra: 10},
-        right=(0, *(i + extra for i in (4, 5, 6, 7, 8))),
         width=width,
+        optional=(time_at, 1, gpu_memory_at, energy_at, rss_at, cpu_at),  # the last gives way first
+        max_widths={1: 8, 3 + extra: 10},
+        right=(0, time_at, cpu_at, rss_at, gpu_memory_at, energy_at),
         shrink=(1, 2),
+        middle=(2,),  # a sweep's names differ at their ends
         min_widths={1: 5, 2: 8},
     )
+    return table
 
 
 def _can_redraw(stream: TextIO) -> bool:

@@ -100,6 +100,16 @@ def test_history_at_80_columns_names_each_job_and_marks_estimates() -> None:
     ]  # fmt: skip
 
 
+def test_history_at_40_columns_keeps_ids_and_states_and_a_wide_one_whole_names() -> None:
+    lines = fits(_table(sweep_history(), 40), 40)
+    assert lines[0].split() == ["ID", "NAME", "STATE", "WALL"]  # EXIT gave way to a name of 12
+    assert [line.split()[0] for line in lines[1:5]] == ["10", "11", "12", "13"]
+    assert {line.split()[2] for line in lines[1:5]} == {"succeeded"}
+    assert lines[5].startswith("(EXIT, ENDED, RAN ON") and lines[-1].endswith("--format csv)")
+    long = replace(sweep_history()[0], name="x" * 60)  # no room cap at 200 columns
+    assert _table([long], 200).splitlines()[1].split()[1] == "x" * 60
+
+
 def test_history_wide_keeps_every_cell_whole() -> None:
     """`--wide` (and a pipe) is for reading all of it, or for a script: no name, user or
     placement is clipped, however long."""

@@ -1,0 +1,97 @@
+"""Job tables fit the terminal they are written to, as squeue's and nvitop's do: at 40 columns
+the least needed columns give way (never the id or the state) and names are clipped; at 200 a
+name takes the room there is and is shown whole. A real engine on a SIMULATED station, the
+commands run in-process with $COLUMNS set (a pipe without it keeps whole cells:
+tests/cli/test_views_80.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from conftest import EngineHandle, Run, wait_for
+
+from gpudesk import render
+from gpudesk.paths import Home
+
+LONG = "resnet50-imagenet-lr0.1-bs256-wd1e-4-cosine-warmup5-seed1234"  # 60 characters
+NAMES = ("a", LONG, "medium-name-sweep-01", "bert-finetune-squad-v2-lr3e-5", "x1", "eval-42")
+Station = tuple[EngineHandle, list[int]]
+
+
+@pytest.fixture
+def station(home: Home) -> Iterator[Station]:
+    """Six jobs of names 1 to 60 characters long on two SIMULATED GPUs, some running."""
+    engine = EngineHandle(home)
+    engine.start(backend="sim:h100x2", sample_interval=0.2)
+    light = {"gpus": 1, "memory_gb": 4, "sm_pct": 20, "command": ["sleep", "60"]}
+    ids = engine.submit(*({"name": name, **light} for name in NAMES))
+    engine.wait_state(ids[1], "running")
+    yield engine, ids
+    engine.client.request("cancel", jobs=ids, grace=0)
+    engine.client.close()
+
+
+def within(out: str, columns: int) -> list[str]:
+    lines = out.splitlines()
+    assert lines and all(render.cell_width(line) <= columns for line in lines), "\n" + out
+    return lines
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+def test_queue_fits_the_terminal_keeping_each_id_and_state(
+    station: Station, gpudesk: Run, monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    _, ids = station
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = gpudesk("queue")
+    assert code == 0, err
+    lines = within(out, columns)
+    assert lines[0].startswith("SIMULATED station")  # folded, never dropped
+    at = next(n for n, line in enumerate(lines) if line.startswith("ID  NAME"))
+    header = lines[at].split()
+    assert header[-1] == "SLOT(REASON)" and "…" not in lines[at]
+    rows = {int(line.split()[0]): line.split() for line in lines[at + 1 :]}
+    assert sorted(rows) == ids
+    assert {rows[i][header.index("STATE")] for i in ids} <= {"running", "queued"}
+
+
+def test_queue_on_a_wide_terminal_shows_a_long_name_whole(
+    station: Station, gpudesk: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, ids = station
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = gpudesk("queue")
+    assert code == 0, err
+    row = next(line for line in within(out, 200) if line.split()[:1] == [str(ids[1])])
+    assert row.split()[1] == LONG
+    # the column is as wide as its longest name, no wider
+    header = next(line for line in out.splitlines() if line.startswith("ID"))
+    assert header.index("USER") == row.index(LONG) + len(LONG) + 2
+
+
+@pytest.mark.parametrize("columns", [40, 80, 200])
+def test_tops_jobs_table_fits_with_whole_columns(
+    station: Station, gpudesk_cmd: list[str], columns: int
+) -> None:
+    # a process of its own: top writes to the sys.stdout it was imported with
+    def top(*args: str) -> str:
+        env = {**os.environ, "COLUMNS": str(columns)}
+        done = subprocess.run([*gpudesk_cmd, "top", *args], capture_output=True, text=True,
+                              timeout=60, env=env)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    _, ids = station
+    wait_for(lambda: json.loads(top("--json"))["jobs"], 10.0, interval=0.2, what="the jobs")
+    out = top("--once")
+    lines = within(out, columns)
+    assert "SIMULATED" in lines[0]
+    at = next(n for n, line in enumerate(lines) if line.startswith("ID  USER  NAME"))
+    # columns that do not fit are left out whole, not cut off mid-word at the window's edge
+    assert "…" not in lines[at] and lines[at].split()[-1] in ("TIME", "ENERGY"), out
+    row = next(line for line in lines[at:] if line.split()[:1] == [str(ids[1])])
+    assert (LONG in row) == (columns == 200), row
