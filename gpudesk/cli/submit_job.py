@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudesk.cli.common import engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
+from gpudesk.core.submit_options import option_of
 from gpudesk.text import quoted
 
 if TYPE_CHECKING:
@@ -172,27 +173,9 @@ def checked_spec(raw: dict[str, Any]) -> JobSpec:
     return spec
 
 
-# a JobSpec field's option where the two names differ (submit's and edit's)
-SPEC_OPTIONS = {
-    "memory_gb": "--mem",
-    "sm_pct": "--sm",
-    "max_attempts": "--max-attempts",
-    "time_limit_s": "--time",
-    "preempt_signal": "--preempt-signal",
-    "preempt_grace_s": "--preempt-grace",
-    "begin_at": "--begin",
-    "array_task": "--array",
-    "array_limit": "--array",
-    "array_job": "--array",
-}
 # Where an engine's refusal of an edit names a field: `fields.memory_gb` (a submit's job:
 # gpudesk.api.errors.job_refusal)
 _EDIT_FIELD = re.compile(r"fields\.(?P<field>[a-z_]+): (?P<rest>.*)", re.DOTALL)
-
-
-def option_of(field: str) -> str:
-    """The option that gives a JobSpec field: "--mem" for memory_gb."""
-    return SPEC_OPTIONS.get(field, f"--{field.replace('_', '-')}")
 
 
 def as_option(exc: EngineError) -> tuple[str, int] | None:

@@ -26,6 +26,7 @@ from gpudesk.core.jobs import (
     never_met,
 )
 from gpudesk.core.records import JobRecord
+from gpudesk.core.submit_options import option_of
 from gpudesk.text import printable_line, safe_text
 
 EDITABLE_FIELDS = (
@@ -226,16 +227,18 @@ def edited_spec(
 
 def changes(old: JobSpec, new: JobSpec) -> list[str]:
     """What an edit changed, a phrase per field, in `EDITABLE_FIELDS`' order then the
-    environment's names (never its values: an environment can hold secrets)."""
+    environment's names (never its values: an environment can hold secrets); each field
+    named as the option that edits it (`mem none -> 8`, not the wire's `memory_gb`)."""
     said: list[str] = []
     for key in EDITABLE_FIELDS:
         before, after = getattr(old, key), getattr(new, key)
+        label = option_of(key).removeprefix("--")
         if before != after and key == "begin_at":  # a time, not seconds since 1970
-            said.append(f"begin {_clock(before)} -> {_clock(after)}")
+            said.append(f"{label} {_clock(before)} -> {_clock(after)}")
         elif before != after and key == "time_limit_s":  # as --time takes it back
-            said.append(f"time {_limit(before)} -> {_limit(after)}")
+            said.append(f"{label} {_limit(before)} -> {_limit(after)}")
         elif before != after:
-            said.append(f"{key} {_shown(before)} -> {_shown(after)}")
+            said.append(f"{label} {_shown(before)} -> {_shown(after)}")
     for name in sorted(set(old.env) | set(new.env)):
         if name not in new.env:
             said.append(f"env -{printable_line(name)}")

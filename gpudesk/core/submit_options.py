@@ -33,6 +33,26 @@ CLOCK = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?")
 _DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:[t ](\d{1,2}):(\d{2})(?::(\d{2}))?)?")
 _ARRAY = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
 
+# a JobSpec field's option where the two names differ (submit's and edit's)
+SPEC_OPTIONS = {
+    "memory_gb": "--mem",
+    "sm_pct": "--sm",
+    "max_attempts": "--max-attempts",
+    "time_limit_s": "--time",
+    "preempt_signal": "--preempt-signal",
+    "preempt_grace_s": "--preempt-grace",
+    "begin_at": "--begin",
+    "array_task": "--array",
+    "array_limit": "--array",
+    "array_job": "--array",
+}
+
+
+def option_of(field: str) -> str:
+    """The option that gives a JobSpec field: "--mem" for memory_gb."""
+    return SPEC_OPTIONS.get(field, f"--{field.replace('_', '-')}")
+
+
 BEGIN_FORMS = (
     "now+90s, now+10min, +2h, now+1day (Slurm's units; a bare number is seconds), "
     "HH:MM[:SS] (today, or tomorrow once that time has passed, as sbatch takes it), "

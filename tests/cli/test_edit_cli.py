@@ -79,7 +79,7 @@ def test_edit_changes_after_any_and_after_notok_with_the_cycle_check(
     code, out, err = gpudesk("edit", "train", "--after-any", "prep", "--after-notok", str(prep))
     assert code == 0, err
     assert out == (
-        f"edited job {train} (train): after_any none -> {prep}; after_notok none -> {prep}\n"
+        f"edited job {train} (train): after-any none -> {prep}; after-notok none -> {prep}\n"
     )
     spec = engine.job(train).spec
     assert (spec.after, spec.after_any, spec.after_notok) == ([], [prep], [prep])
@@ -103,8 +103,8 @@ def test_edit_changes_after_any_and_after_notok_with_the_cycle_check(
     assert engine.job(train).spec.after == []
     code, out, _ = gpudesk("edit", "train", "--no-deps", "--json")
     assert code == 0 and json.loads(out)["changes"] == [
-        f"after_any {prep} -> none",
-        f"after_notok {prep} -> none",
+        f"after-any {prep} -> none",
+        f"after-notok {prep} -> none",
     ]
     one_error(*gpudesk("edit", "train", "--after-any", "1", "--no-deps")[::2], EXIT_USAGE, "one")
 

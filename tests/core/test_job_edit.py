@@ -30,7 +30,7 @@ def test_fields_replace_a_null_clears_and_env_is_said_by_name_only() -> None:
     assert edit.base_env == {}
     assert edit.changes == (
         "gpus 0 -> 2",
-        "memory_gb none -> 8",
+        "mem none -> 8",  # as the option that edits it
         "time 00:01:00 -> none",
         "env -A",
         "env TOKEN=…",
