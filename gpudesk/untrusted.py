@@ -28,35 +28,73 @@ class UntrustedFileError(OSError):
 Owners = int | frozenset[int] | None
 
 
-def open_untrusted(path: str | os.PathLike[str], owner_uid: Owners, flags: int = 0) -> int:
+def open_untrusted(
+    path: str | os.PathLike[str], owner_uid: Owners, flags: int = 0, made_here: bool = False
+) -> int:
     """Open a file that sits where a user can write, for reading (plus `flags`): never through a
     link, never blocking on a FIFO, and only a regular file with one name owned by `owner_uid`
     (None: any owner, for a personal engine's own files). Returns the fd (close-on-exec).
-    Raises FileNotFoundError when there is nothing there, UntrustedFileError when what is
-    there is not such a file."""
+    `made_here`: the file is one this process's user made at `path` for another user (a job's
+    log, made by root for her job): it may have several names where its folder is this user's
+    and no one else's to write (`_names_are_ours`). Raises FileNotFoundError when there is
+    nothing there, UntrustedFileError when what is there is not such a file."""
     access = flags if flags & (os.O_WRONLY | os.O_RDWR) else os.O_RDONLY | flags
+    access |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    folder = None
     try:
-        fd = os.open(path, access | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        # `made_here`: the folder checked is the one the name is looked up in, by its fd (a
+        # link to it is followed, as a plain open follows one: the folder reached is checked)
+        if made_here:
+            folder = os.open(os.path.dirname(path) or ".", _FOLDER_FLAGS)
+            fd = os.open(os.path.basename(path), access, dir_fd=folder)
+        else:
+            fd = os.open(path, access)
     except OSError as exc:
+        if folder is not None:
+            os.close(folder)
         if exc.errno == errno.ELOOP:
             raise UntrustedFileError(errno.ELOOP, "a link, not followed", str(path)) from None
         if exc.errno in (errno.ENXIO, errno.EISDIR):  # a socket; a folder asked for writing
             raise UntrustedFileError(exc.errno, "not a regular file", str(path)) from None
         raise
     try:
-        check_untrusted(fd, owner_uid, str(path))
+        names_ok = folder is not None and _names_are_ours(folder)
+        check_untrusted(fd, owner_uid, str(path), names_ok)
     except BaseException:
         os.close(fd)
         raise
+    finally:
+        if folder is not None:
+            os.close(folder)
     return fd
 
 
-def check_untrusted(fd: int, owner_uid: Owners, what: str) -> os.stat_result:
-    """The checks of `open_untrusted` on an open fd; its stat."""
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def _names_are_ours(folder: int) -> bool:
+    """Whether only this process's user can make names in `folder` (its own, no group or other
+    write bit): then what stands at a name there is what it made, so a file it made there
+    for another user is still that file when she has given it other names elsewhere. She can:
+    fs.protected_hardlinks lets a user hard-link a file she owns from any folder of hers on its
+    file system, and her job can link its own stdout through /proc/self/fd even where she
+    cannot reach the folder. Refusing such a file let her lift the log cap (a log root may not
+    rotate grows for good); acting on it through the fd opened here never goes through a name
+    of hers, and only ever on that file (docs/security.md)."""
+    st = os.fstat(folder)
+    return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def check_untrusted(
+    fd: int, owner_uid: Owners, what: str, names_ok: bool = False
+) -> os.stat_result:
+    """The checks of `open_untrusted` on an open fd; its stat. `names_ok`: the file may have
+    several names unless it is this process's user's own (`_names_are_ours`: a file of its own
+    there may be one its own job swapped in, a personal engine's)."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise UntrustedFileError(errno.EPERM, "not a regular file", what)
-    if st.st_nlink != 1:
+    if st.st_nlink != 1 and not (names_ok and st.st_uid != os.geteuid()):
         raise UntrustedFileError(errno.EPERM, "a file with a second name (a hard link)", what)
     allowed = frozenset([owner_uid]) if isinstance(owner_uid, int) else owner_uid
     if allowed is not None and st.st_uid not in allowed:

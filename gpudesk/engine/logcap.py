@@ -57,6 +57,7 @@ class LogCap:
         self._watched: set[str] = set()
         self._checked_at = 0.0
         self._failing: set[str] = set()  # logs whose last rotation failed (warned once)
+        self._linked: set[str] = set()  # logs rotated despite names their owners gave them
         self._locked_since: dict[str, float] = {}  # logs over the cap a lock kept unrotated
 
     def poll_timeout(self, timeout: float) -> float:
@@ -88,6 +89,11 @@ class LogCap:
             try:
                 rotated = joblog.rotate(path, cap, config.log_keep, despite_lock)
                 self._failing.discard(path)
+                if rotated and path not in self._linked and (count := joblog.names(path)) > 1:
+                    self._linked.add(path)  # said once: a cap its owner's hard link cannot lift
+                    log.warning(
+                        "%s has %d names (its owner linked it): capped in place", path, count
+                    )
                 if not rotated and joblog.over_cap(path, cap):  # a lock kept it from rotating
                     self._locked_since.setdefault(path, now)
                 else:
@@ -98,6 +104,7 @@ class LogCap:
                     log.warning("could not rotate %s: %s", path, exc)
                     self._failing.add(path)
         self._failing &= running
+        self._linked &= running
 
     def _rotate_engine_log(self) -> None:
         assert self.engine_log is not None

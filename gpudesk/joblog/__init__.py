@@ -47,7 +47,8 @@ Who owns what (an engine run by root, a job run as its owner): output.log and it
 owner's; the record is the engine's own (root's, readable by all: it holds byte positions only),
 so the owner cannot name the files root reads. Root still reads everything here as something a
 user may have planted (gpudesk.untrusted): output.log and each part are opened O_NOFOLLOW |
-O_NONBLOCK and must be a regular file with one name, of the log's owner (`owner_uid`); the
+O_NONBLOCK and must be a regular file of the log's owner (`owner_uid`) with one name (other
+names only where root made it in a folder root alone writes: `_open_log`); the
 record must be root's or the reader's own, and every field of it is checked (`parse_rotation`).
 What is refused raises UntrustedFileError (an OSError), which a reader turns into one line.
 """
@@ -235,8 +236,10 @@ def _refuse_folder(path: Path) -> None:
 
 def _open_log(log: str | os.PathLike[str], owner_uid: int | None, flags: int = 0) -> int:
     """output.log or a part, opened as a file a user may have planted (gpudesk.untrusted):
-    no link, no FIFO, no second name, of `owner_uid` (None: whoever owns it)."""
-    return open_untrusted(log, owner_uid, flags)
+    no link, no FIFO, of `owner_uid` (None: whoever owns it), with one name unless the engine
+    made it for the job's owner in a folder only the engine writes (`made_here`: her hard link
+    to her log must not lift its cap, nor hide it from her)."""
+    return open_untrusted(log, owner_uid, flags, made_here=True)
 
 
 # A reader outside the engine waits out a rotation (milliseconds) for at most this long before
@@ -272,7 +275,9 @@ def rotate(log: str | os.PathLike[str], cap: int, keep: int, despite_lock: bool 
     try:
         if os.stat(log, follow_symlinks=False).st_size <= cap:
             return False
-        # not a link, a FIFO or a second name of another file (gpudesk.untrusted): left alone
+        # not a link, a FIFO or a second name of another file (gpudesk.untrusted): left alone;
+        # the log root made in its own folder is capped whatever names its owner gave it, in
+        # place, through this fd (`_open_log`)
         fd = _open_log(log, None, os.O_RDWR)
     except FileNotFoundError:
         return False
@@ -318,6 +323,15 @@ def over_cap(log: str | os.PathLike[str], cap: int) -> bool:
     except OSError:
         return False
     return size > cap and read_rotation(log).live_size(size) > cap
+
+
+def names(log: str | os.PathLike[str]) -> int:
+    """How many names output.log has (1 when it is gone): more than one where its owner
+    hard-linked it (`_open_log`), which the engine says once."""
+    try:
+        return os.stat(log, follow_symlinks=False).st_nlink
+    except OSError:
+        return 1
 
 
 def _rotation_files(log: str | os.PathLike[str], number: int) -> tuple[Path, ...]:

@@ -87,9 +87,10 @@ class ProgressReader:
     def read_lines(self) -> list[ProgressLine]:
         """Each progress line the log gained, DONE and TOTAL."""
         # never through a link, never blocking on a FIFO, only the owner's regular file: what
-        # is not is read as nothing (UntrustedFileError is an OSError)
+        # is not is read as nothing (UntrustedFileError is an OSError); a second name only as
+        # gpudesk.joblog's own reads allow one (`made_here`)
         try:
-            fd = open_untrusted(self.path, self.owner_uid)
+            fd = open_untrusted(self.path, self.owner_uid, made_here=True)
         except OSError:
             return []
         try:

@@ -270,6 +270,30 @@ def test_the_rotation_record_is_roots_and_the_parts_are_the_owners(attempt: Atte
     assert read_all(attempt.log, attempt.owner.uid) == b"y" * 100 + b"\n"
 
 
+@pytest.mark.parametrize("folder", ["root's alone", "group-writable", "hers"])
+def test_her_linked_log_is_rotated_only_in_a_folder_root_alone_writes(
+    attempt: Attempt, tmp_path: Path, folder: str
+) -> None:
+    """Her log with a second name of hers (gpudesk.untrusted._names_are_ours): rotated in place
+    where only root makes names in its folder (a system engine's attempt folder), so it is the
+    file root made there; refused, untouched, where someone else could have put it there."""
+    body = b"x" * 100 + b"\n" + b"y" * 100 + b"\n"
+    attempt.write_owned(attempt.log, body)
+    os.link(attempt.log, tmp_path / "hers.log")  # her second name, as ln(1) makes it for her
+    if folder == "group-writable":
+        attempt.folder.chmod(0o775)
+    elif folder == "hers":
+        os.chown(attempt.folder, attempt.owner.uid, attempt.owner.gid)
+    result = bounded(lambda: joblog.rotate(attempt.log, 150, keep=2))
+    if folder == "root's alone":
+        assert result is True, result
+        assert read_all(attempt.log, attempt.owner.uid) == b"y" * 100 + b"\n"
+        assert (tmp_path / "hers.log").read_bytes() == attempt.log.read_bytes()
+    else:
+        assert isinstance(result, OSError) and "second name" in str(result), result
+        assert attempt.log.read_bytes() == body
+
+
 # (the line rotation drops, the line it keeps, the cap): a log under a block is copied and
 # truncated; one past a block boundary is cut in place (gpudesk.joblog.collapse, where the file
 # system can), its part ending at the boundary inside the kept line
