@@ -78,7 +78,7 @@ def queue_rows(jobs: list[JobView], width: int | None, long: bool = False) -> st
     from gpudesk import render
     from gpudesk.cli import job_extras_view
 
-    ended = any(j.state not in LIVE_STATES for j in jobs)
+    ended = any(j.terminal for j in jobs)  # (a suspended job has no exit code either)
     headers = ["ID", "NAME", "USER", "STATE", "PRI", "TRY", "GPUS", "TIME"]
     headers += ["EXIT"] * ended + ["SUBMITTED", "SLOT(REASON)"]
     rows = [

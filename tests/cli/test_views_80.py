@@ -90,3 +90,19 @@ def test_piped_queue_keeps_whole_names_for_scripts(
     )  # fmt: skip
     assert all(len(line) <= 72 for line in fitted.stdout.splitlines()), fitted.stdout
     gate.touch()
+
+
+def test_queue_of_a_suspended_job_has_no_exit_column(
+    engine: EngineHandle, gpudesk: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EXIT is there where a listed job has ended: a suspended one has not (it had `EXIT -`)."""
+    gate = tmp_path / "gate"
+    job = engine.occupy_the_only_slot(gate)
+    assert gpudesk("suspend", str(job))[0] == 0
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, err = gpudesk("queue")
+    assert code == 0, err
+    assert "EXIT" not in out.splitlines()[0].split() and " suspended " in out, out
+    assert gpudesk("resume", str(job))[0] == 0
+    gate.touch()
+    engine.wait_state(job, "succeeded")
