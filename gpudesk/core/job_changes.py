@@ -86,6 +86,18 @@ def state_phrase(job: JobRecord) -> str:
 
 
 @dataclass(frozen=True)
+class UnsavedEnd:
+    """How an ended attempt moves its job on, worked out but not yet stored (its store could
+    not be written: a full disk). What the views show until it is saved (the engine's
+    `LiveAttempt.unsaved`); the engine saves it, once, when the store takes it again."""
+
+    state: JobState
+    exit_code: int | None
+    message: str
+    ended_at: float
+
+
+@dataclass(frozen=True)
 class CancelQueued:
     """A queued job ended before it started (as `finish_queued` ends it)."""
 
