@@ -86,6 +86,31 @@ def state_phrase(job: JobRecord) -> str:
 
 
 @dataclass(frozen=True)
+class UnsavedEnd:
+    """How an ended attempt moves its job on, worked out but not yet stored (its store could
+    not be written: a full disk). What the views show until it is saved (the engine's
+    `LiveAttempt.unsaved`); the engine saves it, once, when the store takes it again."""
+
+    state: JobState
+    exit_code: int | None
+    message: str
+    ended_at: float
+
+
+def ended_unsaved(end: UnsavedEnd | None, why: str) -> str:
+    """The refusal of every action on a job whose attempt ended but whose end its store has not
+    taken yet (`why`: "not yet saved: the disk … is full; …"). The store still says running;
+    the job is over all the same, as Slurm's scancel finds a job completing: acting on it would
+    record a cancel of a job that ended, or run it twice. `end`: as the engine worked it out
+    (None: not that far); one with a retry to come reads as "ended"."""
+    if end is None:
+        return f"already ended; its end is {why}"
+    ended = end.state.value if end.state.terminal else "ended"
+    code = "unknown" if end.exit_code is None else end.exit_code
+    return f"already {ended} (exit {code}); its end is {why}"
+
+
+@dataclass(frozen=True)
 class CancelQueued:
     """A queued job ended before it started (as `finish_queued` ends it)."""
 

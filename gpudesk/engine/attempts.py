@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gpudesk import diskspace
+from gpudesk.core.job_changes import UnsavedEnd
 from gpudesk.core.job_variables import with_job_variables
 from gpudesk.core.jobs import DEFAULT_CANCEL_GRACE_S, JobState
 from gpudesk.core.records import AttemptRecord, JobRecord
@@ -26,7 +27,7 @@ from gpudesk.engine import attempt_recovery, faults
 from gpudesk.engine.activity import EngineActivity
 from gpudesk.engine.events import EventPublisher
 from gpudesk.engine.job_demand import JobDemand
-from gpudesk.engine.live_attempt import LiveAttempt, UnsavedEnd, ran_past_limit, ran_s
+from gpudesk.engine.live_attempt import LiveAttempt, ran_past_limit, ran_s
 from gpudesk.engine.services.loaders import LoaderSupervisor
 from gpudesk.engine.services.tracking.tracker import Tracking
 from gpudesk.engine.state import PlacementDue

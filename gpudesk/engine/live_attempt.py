@@ -11,23 +11,11 @@ import os
 import time
 from dataclasses import dataclass
 
-from gpudesk.core.jobs import JobState
+from gpudesk.core.job_changes import UnsavedEnd
 from gpudesk.core.records import AttemptRecord
 from gpudesk.hw import boottime
 from gpudesk.policy.gpu_states import RunningAttempt
 from gpudesk.policy.remaining import UNKNOWN, Remaining
-
-
-@dataclass(frozen=True)
-class UnsavedEnd:
-    """How an ended attempt moves its job on, worked out but not yet stored (its store could
-    not be written: a full disk). What the views show until it is saved (`LiveAttempt.unsaved`);
-    the engine saves it, once, when the store takes it again."""
-
-    state: JobState
-    exit_code: int | None
-    message: str
-    ended_at: float
 
 
 @dataclass

@@ -194,6 +194,9 @@ def test_a_job_that_ended_on_a_full_disk_is_shown_ended_not_running(
     assert "store:   cannot be written: the disk holding gpudesk's state folder" in status, status
     assert "1 ended job(s) not yet saved" in status and "0 running" in status
     assert "1 succeeded" in status
+    # not acted on, as any job that cannot be (tests/faults/test_full_disk_ended.py: each action)
+    said = refused("cancel", str(job_id))
+    assert f"job {job_id} (fills): already succeeded (exit 0); its end is not yet saved: " in said
 
     filler.unlink()
     wait_for(

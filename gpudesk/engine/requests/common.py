@@ -16,6 +16,7 @@ import msgspec
 from gpudesk.core import protocol
 from gpudesk.core.field_checks import reads_as_job_id
 from gpudesk.core.identity import Caller, user_id
+from gpudesk.core.job_changes import ended_unsaved
 from gpudesk.core.job_ref_checks import checked_ref
 from gpudesk.core.jobs import TasksOf
 from gpudesk.core.protocol import ProtocolError
@@ -119,6 +120,12 @@ class Requests:
         """A job by id or name (JobControl.find: the caller's, else anyone's newest); `field`
         names the argument in the error for a ref that is neither."""
         return self.parts.control.find(checked_ref(ref, field), caller.uid)
+
+    def _ended(self, job_id: int) -> str | None:
+        """Why no action is taken on a job whose attempt ended, its end not yet stored (a full
+        disk): it is over, whatever its store still says (`running`); None for any other job."""
+        live = self.parts.attempts.unsaved().get(job_id)
+        return None if live is None else ended_unsaved(live.unsaved, str(live.unsaved_why))
 
     def _find_ids(self, refs: Sequence[JobRef], field: str, caller: Caller) -> list[int]:
         """The ids of the jobs `refs` name (`_find`'s way: one that names no job raises), each

@@ -31,9 +31,11 @@ class EditRequests(Requests):
         """`refused` for another's job (unless an admin asks), a started or tracked one;
         `invalid_args` naming the field at fault; `unknown_job`. All before anything changes."""
         job = self._find(args.job, "job", caller)
-        refusal = self.parts.access.job_refusal(caller, job, "edit") or edit_refusal(job)
-        refusal = refusal or others_code_refusal(
-            job, caller.uid, args.fields, args.set_env, args.unset_env
+        refusal = self.parts.access.job_refusal(caller, job, "edit") or self._ended(job.id)
+        refusal = (
+            refusal
+            or edit_refusal(job)
+            or others_code_refusal(job, caller.uid, args.fields, args.set_env, args.unset_env)
         )
         if refusal:
             raise ProtocolError(protocol.REFUSED, refusal)

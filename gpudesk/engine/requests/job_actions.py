@@ -107,7 +107,10 @@ class JobActionRequests(Requests):
                 (j.id, j) for j in self.parts.store.jobs(ids=[i for i in ids if i not in read])
             )
         jobs = [read[i] for i in ids if i in read]
-        refusals = {job.id: self.parts.access.job_refusal(caller, job, verb) for job in jobs}
+        access = self.parts.access  # and a job that ended, its end not yet stored (`_ended`)
+        refusals = {
+            job.id: access.job_refusal(caller, job, verb) or self._ended(job.id) for job in jobs
+        }
         batch = [
             job
             for job in jobs
