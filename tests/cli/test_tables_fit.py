@@ -95,3 +95,45 @@ def test_tops_jobs_table_fits_with_whole_columns(
     assert "…" not in lines[at] and lines[at].split()[-1] in ("TIME", "ENERGY"), out
     row = next(line for line in lines[at:] if line.split()[:1] == [str(ids[1])])
     assert (LONG in row) == (columns == 200), row
+
+
+def folded_within(out: str, columns: int) -> list[str]:
+    """`within`, but for a word wider than the room (a path: never broken), alone on its line."""
+    lines = out.splitlines()
+    wide = [line for line in lines if render.cell_width(line) > columns]
+    assert lines and all(len(line.split()) == 1 for line in wide), "\n" + out
+    return lines
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+def test_engine_status_folds_each_value_under_its_key(
+    station: Station, gpudesk: Run, monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = gpudesk("engine", "status")
+    assert code == 0, err
+    lines = folded_within(out, columns)
+    # a key starts its line, its value continues under the value, never under the key
+    keys = [line.split(":")[0] for line in lines if not line.startswith(" ")]
+    assert {"engine", "station", "jobs", "loop"} <= set(keys), out
+    assert all(line.startswith(" " * 9) for line in lines if line.startswith(" ")), out
+    assert "(SIMULATED)" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+@pytest.mark.parametrize("command", [("mig", "profiles"), ("mig", "plan")])
+def test_mig_views_fit_leaving_out_the_engine_counts(
+    station: Station,
+    gpudesk: Run,
+    monkeypatch: pytest.MonkeyPatch,
+    columns: int,
+    command: tuple[str, ...],
+) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = gpudesk(*command)
+    assert code == 0, err
+    lines = within(out, columns)
+    assert "[SIMULATED]" in " ".join(out.split())
+    if command[1] == "profiles":  # each profile kept, by its id and name
+        assert any(line.split()[:2] == ["19", "1g.10gb"] for line in lines), out
+        assert "OFA with --json or a wider terminal)" in " ".join(out.split())
