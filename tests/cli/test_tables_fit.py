@@ -137,3 +137,23 @@ def test_mig_views_fit_leaving_out_the_engine_counts(
     if command[1] == "profiles":  # each profile kept, by its id and name
         assert any(line.split()[:2] == ["19", "1g.10gb"] for line in lines), out
         assert "OFA with --json or a wider terminal)" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+def test_show_folds_its_fields_keeping_each_word_whole(
+    station: Station, gpudesk: Run, monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    engine, ids = station
+    job = ids[1]  # the 60-character name, running on a GPU: an attempt, weighed slots, usage
+    wait_for(lambda: (u := engine.show(job).usage) is not None and u.gpu_j is not None, 20.0,
+             what="the job to be measured")  # fmt: skip
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = gpudesk("show", str(job))
+    assert code == 0, err
+    # only a line holding one word longer than the room (a path, the name), and its label,
+    # runs past: as test_show_truth has it at 80 columns
+    long = [line for line in out.splitlines() if render.cell_width(line) > columns]
+    assert all(len(line.split()) <= 2 for line in long), "\n" + out
+    words = out.split()
+    assert LONG in words and "running" in words and "SIMULATED" in words
+    assert "[energy counter;" in " ".join(words)
