@@ -157,3 +157,16 @@ def test_show_folds_its_fields_keeping_each_word_whole(
     words = out.split()
     assert LONG in words and "running" in words and "SIMULATED" in words
     assert "[energy counter;" in " ".join(words)
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+def test_model_show_fits_keeping_each_parameter_and_its_value(
+    station: Station, gpudesk: Run, monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = gpudesk("model", "show")
+    assert code == 0, err
+    lines = within(out, columns)
+    assert "SIMULATED" in lines[0]
+    at = next(n for n, line in enumerate(lines) if line.split()[:2] == ["PARAMETER", "VALUE"])
+    assert lines[at + 1].split()[0] == "mps_tenant_cost" and len(lines[at + 1].split()) >= 2
