@@ -170,3 +170,11 @@ def test_model_show_fits_keeping_each_parameter_and_its_value(
     assert "SIMULATED" in lines[0]
     at = next(n for n, line in enumerate(lines) if line.split()[:2] == ["PARAMETER", "VALUE"])
     assert lines[at + 1].split()[0] == "mps_tenant_cost" and len(lines[at + 1].split()) >= 2
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+def test_select_presets_fits(gpudesk: Run, monkeypatch: pytest.MonkeyPatch, columns: int) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = gpudesk("select", "presets")
+    assert code == 0, err
+    assert "docs/selection.md" in within(out, columns)[-1]
