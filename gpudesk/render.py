@@ -135,10 +135,11 @@ def fill(text: str, width: int, indent: str = "  ") -> str:
     )
 
 
-def fold(text: str, width: int | None) -> str:
+def fold(text: str, width: int | None, indent: str = "  ") -> str:
     """A line said beside a table (a banner, a note) folded as `fill` folds it into the table's
-    `width`; whole where there is none (a pipe: one line, as a script greps it)."""
-    return text if width is None else fill(text, width)
+    `width`, continued under `indent` (a `key: value` line's: under its value); whole where
+    there is none (a pipe: one line, as a script greps it)."""
+    return text if width is None else fill(text, width, indent)
 
 
 def cell_width(text: str) -> int:

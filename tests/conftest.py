@@ -45,6 +45,11 @@ if TYPE_CHECKING:
 # The tests never read the user's own defaults (gpudesk.cli.config); test_config names its files.
 os.environ["GPUDESK_CONFIG"] = ""
 os.environ["GPUDESK_SITE_CONFIG"] = ""  # nor the machine's /etc/gpudesk/config.toml
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24, which commands take for a terminal
+# (render.table_width) and fold to; without them every test reads what a pipe reads, under -n
+# as without it, and one that wants a terminal sets $COLUMNS (tests/cli/test_tables_fit.py).
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 # A suite started as a background job of a non-interactive shell (`.ci/run &`, nohup, some CI
 # runners) inherits SIGINT ignored, and so would every process a test starts: Python then never

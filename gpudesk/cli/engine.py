@@ -17,10 +17,13 @@ from gpudesk.paths import SYSTEM_ADMIN_GROUP, SYSTEM_GROUP, SYSTEM_SOCKET, SYSTE
 from gpudesk.text import printable_line, printable_message, quoted
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpudesk.api.models import LoopTimingView, StationStatus
     from gpudesk.core.station import StationConfig
     from gpudesk.paths import Home
 
+VALUE_INDENT = " " * len("station: ")  # where `engine status`'s values start, continued there
 engine_app = typer.Typer(help="Start, stop and inspect the engine daemon.", no_args_is_help=True)
 
 
@@ -393,17 +396,18 @@ def _print_engine_and_station(status: StationStatus, home: Home) -> None:
     """The engine (pid, version, uptime, whose), its station, grid, metrics, jobs and loop."""
     from gpudesk import render
 
+    say = _sayer()
     station = status.station
-    print(
+    say(
         f"engine: running (pid {status.pid}, version {status.version}, up "
         f"{render.duration(time.time() - status.started_at)})"
     )
     if home.is_system:
-        print(printable_line(f"talks to: the station's system engine at {home.control_socket}"))
-        print(printable_line(f"state:   {status.home}"))
+        say(printable_line(f"talks to: the station's system engine at {home.control_socket}"))
+        say(printable_line(f"state:   {status.home}"))
     else:
-        print(printable_line(f"talks to: the personal engine of {status.home}"))
-    print(
+        say(printable_line(f"talks to: the personal engine of {status.home}"))
+    say(
         f"station: backend {station.effective_backend}"
         + (" (SIMULATED)" if station.simulated else "")
         + f", policy {station.policy}, "
@@ -411,31 +415,32 @@ def _print_engine_and_station(status: StationStatus, home: Home) -> None:
         f"{station.cores} cores, {station.gpus} GPUs"
     )
     if station.gpu_problem:
-        print(f"GPUs:    {printable_message(station.gpu_problem)}")
-    print(f"grid:    {station.grid_text}")
+        say(f"GPUs:    {printable_message(station.gpu_problem)}")
+    say(f"grid:    {station.grid_text}")
     if station.metrics_url:
         simulated = " (SIMULATED station)" if station.simulated else ""
-        print(f"metrics: {station.metrics_url} (Prometheus){simulated}")
+        say(f"metrics: {station.metrics_url} (Prometheus){simulated}")
     elif station.metrics_problem:
-        print(f"metrics: {printable_message(station.metrics_problem.removeprefix('metrics: '))}")
+        say(f"metrics: {printable_message(station.metrics_problem.removeprefix('metrics: '))}")
     if status.drain is not None:
-        print(f"DRAINED: the station is {status.drain.line()}; no job starts until undrained")
-    print("jobs:    " + ", ".join(f"{n} {s}" for s, n in status.counts.items()))
+        say(f"DRAINED: the station is {status.drain.line()}; no job starts until undrained")
+    say("jobs:    " + ", ".join(f"{n} {s}" for s, n in status.counts.items()))
     if status.store_problem:
-        print(f"store:   {printable_message(status.store_problem)}")
+        say(f"store:   {printable_message(status.store_problem)}")
     if status.loop is not None and status.loop.requests:
-        print(f"loop:    {loop_line(status.loop)}")
+        say(f"loop:    {loop_line(status.loop)}")
 
 
 def _print_users_and_stores(status: StationStatus) -> None:
     """Fair share by user, the MLflow stores' health, and the latest station changes."""
     from gpudesk import render
 
+    say = _sayer()
     if status.station.fairshare_half_life_h and len(status.users) > 1:
         half_life = status.station.fairshare_half_life_h
-        print(f"users:   fair share, lightest first (usage decayed, half-life {half_life:g} h)")
+        say(f"users:   fair share, lightest first (usage decayed, half-life {half_life:g} h)")
     for share in status.users if len(status.users) > 1 else ():
-        print(
+        say(
             f"  {share.user:<12} {share.usage_gpu_h:8.2f} GPU-h  {share.running_gpus} GPU(s) "
             f"running  {share.waiting} waiting"
         )
@@ -446,13 +451,22 @@ def _print_users_and_stores(status: StationStatus) -> None:
             else "ok"
         )
         dropped = f", {store.dropped} metric points dropped" if store.dropped else ""
-        print(
+        say(
             f"mlflow:  {printable_message(store.mlflow_uri)} ({store.user}): {how}; "
             f"{store.queued} update(s) queued{dropped}"
         )
     for change in status.station_changes:
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(change.ts))
-        print(f"changed: {stamp} {printable_message(change.message)}")  # an old row's ESC too
+        say(f"changed: {stamp} {printable_message(change.message)}")  # an old row's ESC too
+
+
+def _sayer() -> Callable[[str], None]:
+    """How `engine status` says a `key:    value` line: on a terminal folded into its width,
+    continued under the value; to a pipe whole, one line as a script greps it."""
+    from gpudesk import render
+
+    width = render.table_width()
+    return lambda line: print(render.fold(line, width, VALUE_INDENT))
 
 
 def loop_line(loop: LoopTimingView) -> str:

@@ -188,14 +188,19 @@ def _ours(path: Path, marker: str) -> bool:
     return marker in head
 
 
-def _summary(export: Export, absolute: Path, offer: str) -> str:
+def _summary(export: Export, absolute: Path, offer: str, room: int | None = None) -> str:
+    """What was written, in `room` columns (a terminal's; None: a pipe's one line each)."""
+    from gpudesk import render
     from gpudesk.slurm.export import LOGS, SUBMIT_SCRIPT
 
     count = len(export.scripts)
     shown = printable_line(str(absolute))  # the user's folder, spelled out (\u202e, \x1b)
     lines = [
-        f"wrote {count} sbatch script{'s' * (count != 1)} and {SUBMIT_SCRIPT} to {shown} "
-        f"(what the cluster offers: {offer}):"
+        render.fold(
+            f"wrote {count} sbatch script{'s' * (count != 1)} and {SUBMIT_SCRIPT} to {shown} "
+            f"(what the cluster offers: {offer}):",
+            room,
+        )
     ]
     width = max(len(s.file) for s in export.scripts)
     for script in export.scripts:
@@ -204,7 +209,10 @@ def _summary(export: Export, absolute: Path, offer: str) -> str:
             jobs += f", array 0-{script.jobs - 1}"
         gres = f"--gres={script.gres}" if script.gres else "no gres (CPU)"
         after = f"  after {', '.join(script.after)}" if script.after else ""
-        lines.append(f"  {script.file:<{width}}  {jobs:<17}  {gres}{after}")
+        line = f"  {script.file:<{width}}  {jobs:<17}  {gres}{after}"
+        if room is not None and render.cell_width(line) > room:  # what it asks for under it
+            line = f"  {script.file}\n" + render.fill(f"    {jobs}, {gres}{after}", room, "    ")
+        lines.append(line)
     lines.append(f"logs: {shown}/{LOGS}/")
     lines.append(f"submit: {shown}/{SUBMIT_SCRIPT}")
     return "\n".join(lines)
@@ -297,7 +305,9 @@ def slurm(
     if json_out:
         _print_json(export, absolute, loaded, cluster, offer, described, warning)
     else:
-        print(_summary(export, absolute, described))
+        from gpudesk import render
+
+        print(_summary(export, absolute, described, render.table_width()))
 
 
 def _export(

@@ -316,7 +316,8 @@ def show(
     if json_out:
         print_json(to_builtins(data))
     else:
-        print("\n".join(detail_lines(data, after, render.terminal_width())))
+        width = render.terminal_width()
+        print("\n".join(detail_lines(data, after, width, render.table_width())))
     plot_job(target, data)
 
 

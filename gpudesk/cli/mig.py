@@ -273,7 +273,10 @@ def _profiles_text(found: _GpuProfiles) -> str:
         )
         for p in found.profiles
     ]
-    table = _table(_PROFILE_HEADERS, rows, right=(0, 4, 5, 6, 7, 8, 9))
+    # the engine counts give way first, then where it may sit; the profile and its size stay
+    table = _table(
+        _PROFILE_HEADERS, rows, right=(0, 4, 5, 6, 7, 8, 9), optional=(3, 10, 4, 5, 6, 7, 8, 9)
+    )
     note = f"\n{_paragraph(found.note)}" if found.note else ""
     return _gpu_title(found.entry.index, found.entry.name, found.simulated) + note + "\n" + table
 

@@ -23,16 +23,32 @@ GpuOption = Annotated[
 
 
 def table(
-    headers: tuple[str, ...], rows: Sequence[tuple[object, ...]], right: tuple[int, ...] = ()
+    headers: tuple[str, ...],
+    rows: Sequence[tuple[object, ...]],
+    right: tuple[int, ...] = (),
+    optional: tuple[int, ...] = (),
 ) -> str:
+    """A table indented under its GPU's heading, fitted to the terminal: the `optional` columns
+    give way (the last listed first) and a line names them; to a pipe every column, whole."""
     from gpudesk import render
 
-    return "\n".join("  " + line for line in render.table(headers, rows, right=right).splitlines())
+    terminal = render.table_width()
+    width = None if terminal is None else terminal - 2  # under the heading's indent
+    text, left_out = render.fitted_table(headers, rows, width=width, optional=optional, right=right)
+    if left_out:
+        text += "\n" + render.fold(
+            f"({', '.join(left_out)} with --json or a wider terminal)", width
+        )
+    return "\n".join("  " + line for line in text.splitlines())
 
 
 def gpu_title(index: int, name: str, simulated: bool = False, mode: str = "") -> str:
-    """A GPU's heading: "GPU 3: NVIDIA A100-SXM4-40GB", then its MIG `mode` where given."""
-    return f"GPU {index}: {name}" + (f"  {mode}" if mode else "") + ("  [SIMULATED]" * simulated)
+    """A GPU's heading: "GPU 3: NVIDIA A100-SXM4-40GB", then its MIG `mode` where given;
+    folded into the terminal's width (whole to a pipe)."""
+    from gpudesk import render
+
+    title = f"GPU {index}: {name}" + (f"  {mode}" if mode else "") + ("  [SIMULATED]" * simulated)
+    return render.fold(title, render.table_width())
 
 
 def paragraph(text: str, first: str = "  ") -> str:

@@ -45,7 +45,7 @@ def when(ts: float | None) -> str:
     return f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(ts))} ({ago})"
 
 
-def _model_text(model: GpuModelView) -> str:
+def _model_text(model: GpuModelView, width: int | None) -> str:
     from gpudesk import render
 
     if model.gpu_model:
@@ -70,30 +70,33 @@ def _model_text(model: GpuModelView) -> str:
         for p in model.params
     ]
     header = ("PARAMETER", "VALUE", "AUTO JUDGES AT", "PRIOR", "PROVENANCE", "OBS", "UPDATED")
-    table = render.table(header, rows)
+    room = None if width is None else width - 2  # indented under the GPU model
+    # the value placement uses stays; its range, prior and history give way, the latest first
+    table, left_out = render.fitted_table(header, rows, width=room, optional=(2, 3, 4, 5, 6))
+    if left_out:
+        table += "\n" + render.fill(f"({', '.join(left_out)} in --json)", room or 94)
     said = [f"{p.name} {p.observed:.4g}" for p in model.params if p.observed is not None]
     if said:
-        table += "\n" + textwrap.fill(
-            "observations alone say: " + ", ".join(said),
-            width=94,
-            subsequent_indent="  ",
-            break_on_hyphens=False,
-        )
-    return title + "\n" + textwrap.indent(table, "  ")
+        table += "\n" + render.fill("observations alone say: " + ", ".join(said), room or 94)
+    return render.fold(title, width) + "\n" + textwrap.indent(table, "  ")
 
 
-def show_text(result: ModelShowResult) -> str:
+def show_text(result: ModelShowResult, width: int | None = None) -> str:
+    """`model show` in `width` columns (a terminal's); to a pipe (None) in 96, as it was."""
+    from gpudesk import render
+
+    wrap = min(width or 96, 96)  # prose in at most 96, easier read than a wide terminal's
     station = f"{'SIMULATED ' if result.simulated else ''}station ({result.backend})"
-    lines = [f"Interference model on this {station}", ""]
+    lines = [render.fold(f"Interference model on this {station}", width), ""]
     for model in result.models:
-        lines += [_model_text(model), ""]
+        lines += [_model_text(model, width), ""]
     sources = {p.name: p.source for model in result.models for p in model.params}
     lines.append("Where the priors come from:")
     for name, source in sources.items():
         lines.append(
             textwrap.fill(
                 f"{name}: {source}",
-                width=96,
+                width=wrap,
                 initial_indent="  ",
                 subsequent_indent="    ",
                 break_on_hyphens=False,
@@ -113,11 +116,10 @@ def show_text(result: ModelShowResult) -> str:
         f"before (its command's SM share alone, read after its first progress line, is known).",
     )
     for note in notes:
-        lines += ["", textwrap.fill(note, width=96, break_on_hyphens=False)]
+        lines += ["", render.fill(note, wrap, "")]
     if result.simulated:
-        lines.append(
-            "SIMULATED: what is learned here comes from jobs run on the CPU, not from a GPU."
-        )
+        said = "SIMULATED: what is learned here comes from jobs run on the CPU, not from a GPU."
+        lines.append(render.fill(said, wrap))
     return "\n".join(lines)
 
 
@@ -135,7 +137,9 @@ def show_cmd(json_out: JsonOption = False) -> None:
     if json_out:
         print_model(result)
         return
-    print(show_text(result))
+    from gpudesk import render
+
+    print(show_text(result, render.table_width()))
 
 
 @model_app.command("reset")

@@ -209,15 +209,19 @@ class RunReport:
             )
             for j in self.jobs
         ]
-        table = render.table(
+        table, left_out = render.fitted_table(
             ("ID", "NAME", "STATE", "ATTEMPTS", "WALL", "EXIT", "ENERGY"),
             rows,
+            width=width,
+            optional=(5, 6, 3),  # a narrow terminal keeps ID, NAME, STATE and WALL
             max_widths={1: 40},
             right=(0, 3, 4, 5, 6),
-            width=width,
             shrink=(1,),
             middle=(1,),
+            min_widths={1: 12},
         )
+        if left_out:
+            table += "\n" + render.fill(f"({', '.join(left_out)} in --json)", width)
         counts = ", ".join(f"{n} {state}" for state, n in sorted(self.counts.items()))
         head = f"{self.profile}: {counts} in {render.duration(self.ended_at - self.started_at)}"
         if self.interrupted:

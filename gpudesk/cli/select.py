@@ -266,7 +266,7 @@ def presets_command(
             )
     print()
     print(textwrap.fill(QUOTAS_NOTE, width))
-    print("P is the percent kept (1-100); docs/selection.md has the details.")
+    print(textwrap.fill("P is the percent kept (1-100); docs/selection.md has the details.", width))
 
 
 @select_app.command("list")

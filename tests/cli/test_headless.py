@@ -113,6 +113,23 @@ def sweep_report(ranking: ReportConfig | None) -> RunReport:
     return RunReport("quickstart", "g", 100.0, 110.0, jobs=jobs, ranking=ranking, metrics=metrics)
 
 
+@pytest.mark.parametrize("width", [40, 80])
+def test_the_reports_job_table_fits_keeping_each_id_state_and_wall_time(width: int) -> None:
+    text = sweep_report(ReportConfig("val_acc", "max")).text(width=width)
+    lines = text.splitlines()
+    # only the logs' folder, one path never broken, runs past
+    assert all(len(line) <= width or len(line.split()) == 1 for line in lines), text
+    header = lines[0].split()
+    assert header[:3] == ["ID", "NAME", "STATE"] and "WALL" in header
+    rows = [line.split() for line in lines[1:5]]
+    assert [(r[0], r[header.index("STATE")]) for r in rows] == [
+        ("1", "succeeded"), ("2", "succeeded"), ("3", "succeeded"), ("4", "failed")
+    ]  # fmt: skip
+    assert all(r[header.index("WALL")] == "2.5s" for r in rows)
+    if width == 40:
+        assert lines[5] == "(ENERGY, ATTEMPTS in --json)"
+
+
 def test_report_ranks_the_sweep_and_fits_80_columns() -> None:
     report = sweep_report(ReportConfig("val_acc", "max"))
     text = report.text(width=80)

@@ -282,3 +282,27 @@ def test_the_lower_bound_counts_one_class_and_one_job_in_the_singular(tmp_path: 
     burst = BurstTerm(bound.arrival_term_s + 60.0, 0.0, 1, 1.0)
     text = " ".join(_bound_lines(replace(bound, burst_term=burst)))
     assert "1 class of job;" in text and "(1 job of one program from" in text
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+def test_the_table_fits_the_terminal_keeping_makespan_energy_and_their_ratios(
+    tmp_path: Path, columns: int
+) -> None:
+    """At 40 columns the other times give way, named in a line; the policies stay whole."""
+    from typer.testing import CliRunner
+
+    from gpudesk import render
+    from gpudesk.cli.main import build_app
+
+    trace = write_trace(tmp_path, [{"sm_pct": 100.0, "exclusive_minutes": 60}] * 3)
+    args = ["simulate", str(trace), "--station", "sim:a100-40gb", "--lower-bound"]
+    out = CliRunner().invoke(build_app(), args, env={"COLUMNS": str(columns)})
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert all(render.cell_width(line) <= columns for line in lines), "\n" + out.output
+    header = next(line.split() for line in lines if "MAKESPAN" in line)
+    assert header[:3] == ["POLICY", "MAKESPAN", "x"] and header[-2:] == ["kWh", "x"]
+    assert {"exclusive", "auto"} <= {line.split()[0] for line in lines if line}
+    if columns == 40:
+        said = " ".join(out.output.split())
+        assert "(MEAN JCT, MEAN WAIT, P95 JCT, GPU-H, ÷LB in --json or a wider" in said

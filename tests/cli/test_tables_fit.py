@@ -95,3 +95,86 @@ def test_tops_jobs_table_fits_with_whole_columns(
     assert "…" not in lines[at] and lines[at].split()[-1] in ("TIME", "ENERGY"), out
     row = next(line for line in lines[at:] if line.split()[:1] == [str(ids[1])])
     assert (LONG in row) == (columns == 200), row
+
+
+def folded_within(out: str, columns: int) -> list[str]:
+    """`within`, but for a word wider than the room (a path: never broken), alone on its line."""
+    lines = out.splitlines()
+    wide = [line for line in lines if render.cell_width(line) > columns]
+    assert lines and all(len(line.split()) == 1 for line in wide), "\n" + out
+    return lines
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+def test_engine_status_folds_each_value_under_its_key(
+    station: Station, gpudesk: Run, monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = gpudesk("engine", "status")
+    assert code == 0, err
+    lines = folded_within(out, columns)
+    # a key starts its line, its value continues under the value, never under the key
+    keys = [line.split(":")[0] for line in lines if not line.startswith(" ")]
+    assert {"engine", "station", "jobs", "loop"} <= set(keys), out
+    assert all(line.startswith(" " * 9) for line in lines if line.startswith(" ")), out
+    assert "(SIMULATED)" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+@pytest.mark.parametrize("command", [("mig", "profiles"), ("mig", "plan")])
+def test_mig_views_fit_leaving_out_the_engine_counts(
+    station: Station,
+    gpudesk: Run,
+    monkeypatch: pytest.MonkeyPatch,
+    columns: int,
+    command: tuple[str, ...],
+) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = gpudesk(*command)
+    assert code == 0, err
+    lines = within(out, columns)
+    assert "[SIMULATED]" in " ".join(out.split())
+    if command[1] == "profiles":  # each profile kept, by its id and name
+        assert any(line.split()[:2] == ["19", "1g.10gb"] for line in lines), out
+        assert "OFA with --json or a wider terminal)" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+def test_show_folds_its_fields_keeping_each_word_whole(
+    station: Station, gpudesk: Run, monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    engine, ids = station
+    job = ids[1]  # the 60-character name, running on a GPU: an attempt, weighed slots, usage
+    wait_for(lambda: (u := engine.show(job).usage) is not None and u.gpu_j is not None, 20.0,
+             what="the job to be measured")  # fmt: skip
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = gpudesk("show", str(job))
+    assert code == 0, err
+    # only a line holding one word longer than the room (a path, the name), and its label,
+    # runs past: as test_show_truth has it at 80 columns
+    long = [line for line in out.splitlines() if render.cell_width(line) > columns]
+    assert all(len(line.split()) <= 2 for line in long), "\n" + out
+    words = out.split()
+    assert LONG in words and "running" in words and "SIMULATED" in words
+    assert "[energy counter;" in " ".join(words)
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+def test_model_show_fits_keeping_each_parameter_and_its_value(
+    station: Station, gpudesk: Run, monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = gpudesk("model", "show")
+    assert code == 0, err
+    lines = within(out, columns)
+    assert "SIMULATED" in lines[0]
+    at = next(n for n, line in enumerate(lines) if line.split()[:2] == ["PARAMETER", "VALUE"])
+    assert lines[at + 1].split()[0] == "mps_tenant_cost" and len(lines[at + 1].split()) >= 2
+
+
+@pytest.mark.parametrize("columns", [40, 80])
+def test_select_presets_fits(gpudesk: Run, monkeypatch: pytest.MonkeyPatch, columns: int) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = gpudesk("select", "presets")
+    assert code == 0, err
+    assert "docs/selection.md" in within(out, columns)[-1]

@@ -199,6 +199,23 @@ def test_quickstart_is_one_array_script(gpudesk: Run, tmp_path: Path) -> None:
     assert f"submit: {submit}" in stdout
 
 
+@pytest.mark.parametrize("columns", [40, 80])
+def test_the_summary_fits_the_terminal_each_script_named_whole(
+    gpudesk: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = tmp_path / "out"
+    code, stdout, stderr = gpudesk("export", "slurm", str(write_profile(tmp_path, MIXED)),
+                                   str(out), "--no-ask")  # fmt: skip
+    assert code == 0, stderr
+    lines = stdout.splitlines()
+    # only a path longer than the room runs past, beside its label at most
+    assert all(len(line) <= columns or len(line.split()) <= 2 for line in lines), stdout
+    scripts = sorted(p.name for p in out.glob("*.sbatch"))
+    assert len(scripts) == 5 and {line.split()[0] for line in lines} >= set(scripts), stdout
+    assert "--gres=gpu:1 after 01-prep.sbatch" in " ".join(stdout.split())  # 03-train's
+
+
 def test_jobs_with_after_and_resources(gpudesk: Run, tmp_path: Path) -> None:
     profile = write_profile(tmp_path, MIXED)
     out = tmp_path / "scripts"
