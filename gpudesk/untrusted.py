@@ -69,7 +69,9 @@ def open_untrusted(
     return fd
 
 
-_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+# O_PATH: the folder is only looked in (openat) and looked at (fstat), never listed, so a member
+# who may only pass through it (a station's attempt folder, 0711) opens her own log through it
+_FOLDER_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 def _names_are_ours(folder: int) -> bool:

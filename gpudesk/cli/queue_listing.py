@@ -70,7 +70,7 @@ def where_or_why(job: JobView) -> str:
 def queue_rows(jobs: list[JobView], width: int | None, long: bool = False) -> str:
     """The queue as a table in `width` columns (None: no limit, for a pipe): the reason
     gives way first, then the name (clipped in the middle: a sweep's jobs differ at the end),
-    then the user, then whole columns (TRY, PRI, SUBMITTED, the `long` ones, GPUS, EXIT, USER,
+    then the user, then whole columns (TRY, PRI, SUBMITTED, GPUS, the `long` ones, EXIT, USER,
     TIME: at 40 columns ID, NAME, STATE and SLOT(REASON) are left); ids and states are never
     clipped. A name takes the room there is, up to the longest listed. EXIT only when a listed
     job has ended. `long`: LEFT (a running job's remaining time), BEGIN, ARRAY and COMMENT
@@ -100,14 +100,16 @@ def queue_rows(jobs: list[JobView], width: int | None, long: bool = False) -> st
     ]
     last = len(headers) - 1
     headers += job_extras_view.LONG_HEADERS if long else []
-    extras = tuple(range(last + 1, len(headers)))  # LEFT, BEGIN, ARRAY, COMMENT with `long`
+    # with `long`: LEFT, BEGIN, ARRAY, COMMENT, of which ARRAY and BEGIN (mostly "-") give way
+    # first, then COMMENT (clipped first, `shrink`), then LEFT
+    extras = (last + 1, last + 4, last + 2, last + 3) if long else ()
     text, _ = render.fitted_table(
         headers,
         rows,
         width=width,
-        # where names would be clipped below 16, TRY gives way first, then PRI, then SUBMITTED,
-        # then the `long` columns (COMMENT first), GPUS, EXIT, USER and TIME
-        optional=(7, 2, *((8,) if ended else ()), 6, *extras, last - 1, 4, 5),
+        # where names would be clipped below 16, TRY gives way first, then PRI, SUBMITTED and
+        # GPUS, then the `long` columns asked for, EXIT, USER and TIME
+        optional=(7, 2, *((8,) if ended else ()), *extras, 6, last - 1, 4, 5),
         max_widths={2: 12},
         right=((0, 4, 6, 7, 8) if ended else (0, 4, 6, 7)) + ((last + 1,) if long else ()),
         shrink=(len(headers) - 1, last, 1, 2) if long else (last, 1, 2),
