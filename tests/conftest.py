@@ -48,8 +48,11 @@ os.environ["GPUDESK_SITE_CONFIG"] = ""  # nor the machine's /etc/gpudesk/config.
 # pytest-xdist's workers start with COLUMNS=80 and LINES=24, which commands take for a terminal
 # (render.table_width) and fold to; without them every test reads what a pipe reads, under -n
 # as without it, and one that wants a terminal sets $COLUMNS (tests/cli/test_tables_fit.py).
-os.environ.pop("COLUMNS", None)
-os.environ.pop("LINES", None)
+# unsetenv too: GNU readline (imported by pytest) exports them to the C environment alone,
+# which os.environ does not show and a test's child inherits.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+    os.unsetenv(_name)
 
 # A suite started as a background job of a non-interactive shell (`.ci/run &`, nohup, some CI
 # runners) inherits SIGINT ignored, and so would every process a test starts: Python then never
