@@ -412,7 +412,7 @@ def _print_engine_and_station(status: StationStatus, home: Home) -> None:
         + (" (SIMULATED)" if station.simulated else "")
         + f", policy {station.policy}, "
         f"{status.slots.busy}/{status.slots.total} slots busy, "
-        f"{station.cores} cores, {station.gpus} GPUs"
+        f"{station.cores} cores, {station.gpus} GPU{'s' * (station.gpus != 1)}"
     )
     if station.gpu_problem:
         say(f"GPUs:    {printable_message(station.gpu_problem)}")
