@@ -23,6 +23,7 @@ from gpudesk.core.submit_options import (
 from gpudesk.core.tracking_spec import TrackingSpec, check_tracking
 from gpudesk.text import file_kind, is_os_text, quoted, safe_text
 
+TasksOfArrays = Callable[[list[int]], Mapping[int, Mapping[int, int]]]  # Store.array_tasks
 NumberCheck = Callable[[Any], "float | None"]  # number_in's: None where optional and not given
 MAX_ARGS = 4096
 MAX_COMMAND_BYTES = 256 * 1024
@@ -349,6 +350,21 @@ def never_met(
         f"{named('after_notok')}, so this job could never start (Slurm's "
         f"DependencyNeverSatisfied); name {job} in one of them"
     )
+
+
+def with_tasks(
+    after: Sequence[int], after_notok: Sequence[int], array_tasks: TasksOfArrays
+) -> tuple[list[int], list[int]]:
+    """`after` and `after_notok` with each array's first job followed by its tasks' ids
+    (`array_tasks`: the store's, of the ids named), as a dependency on an array's id waits for
+    every task: so that `never_met` finds `--after 144 --after-notok 144_2` (job 146) as it
+    finds one job named twice."""
+    tasks = array_tasks([i for i in {*after, *after_notok} if i > 0])
+
+    def expanded(refs: Sequence[int]) -> list[int]:
+        return [t for r in refs for t in (r, *tasks.get(r, {}).values())]
+
+    return expanded(after), expanded(after_notok)
 
 
 @dataclass(frozen=True)

@@ -197,6 +197,19 @@ def test_a_job_that_must_succeed_and_must_not_is_refused_at_submit(engine: Engin
     assert [job.id for job in engine.api.jobs()] == [first]
 
 
+def test_an_arrays_id_and_one_of_its_tasks_as_after_and_after_notok_are_refused(
+    engine: EngineHandle,
+) -> None:
+    """`--after 144` waits for every task of array 144, so `--after-notok 144_2` (one of them)
+    can never be met either: the engine expands the array before its check, as it does when
+    the job waits (it was accepted, and the job stayed queued for good)."""
+    head, *tasks = submitted_ids(gpudesk("submit", "--json", "--array", "0-2", "--", "true"))
+    done = gpudesk("submit", "--after", str(head), "--after-notok", f"{head}_1", "--", "true")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"both name job {tasks[0]}: it would have to succeed" in done.stderr, done.stderr
+    assert [job.id for job in engine.api.jobs()] == [head, *tasks]
+
+
 def test_an_array_from_the_typed_client_names_its_first_job(engine: EngineHandle) -> None:
     from gpudesk.core.jobs import JobSpec
     from gpudesk.core.submit_options import parse_array

@@ -9,7 +9,7 @@ from typing import Any
 
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
-from gpudesk.core.jobs import JobSpec, SpecError, check_env
+from gpudesk.core.jobs import JobSpec, SpecError, check_env, never_met, with_tasks
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import SubmitResult
@@ -131,6 +131,10 @@ class SubmitRequests(Requests):
                 elif job_id not in known:
                     check_after_known(self.parts.store, (job_id,), f"jobs[{index}].{key}")
                     known.add(job_id)
+        if spec.after and spec.after_notok:  # an array's id names its tasks (`144`, `144_2`)
+            both = with_tasks(spec.after, spec.after_notok, self.parts.store.array_tasks)
+            if never := never_met(*both):
+                raise ProtocolError(protocol.INVALID_ARGS, f"jobs[{index}].after_notok: {never}")
         problem = job_gates.submit_problem(index, spec)
         if problem:
             raise ProtocolError(protocol.INVALID_ARGS, problem)
