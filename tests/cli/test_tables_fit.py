@@ -41,14 +41,20 @@ def within(out: str, columns: int) -> list[str]:
     return lines
 
 
+def printed(gpudesk: Run, monkeypatch: pytest.MonkeyPatch, columns: int, *args: str) -> str:
+    """What `gpudesk ARGS` prints, succeeding, on a terminal $COLUMNS says is `columns` wide."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    code, out, err = gpudesk(*args)
+    assert code == 0, err
+    return out
+
+
 @pytest.mark.parametrize("columns", [40, 80])
 def test_queue_fits_the_terminal_keeping_each_id_and_state(
     station: Station, gpudesk: Run, monkeypatch: pytest.MonkeyPatch, columns: int
 ) -> None:
     _, ids = station
-    monkeypatch.setenv("COLUMNS", str(columns))
-    code, out, err = gpudesk("queue")
-    assert code == 0, err
+    out = printed(gpudesk, monkeypatch, columns, "queue")
     lines = within(out, columns)
     assert lines[0].startswith("SIMULATED station")  # folded, never dropped
     at = next(n for n, line in enumerate(lines) if line.startswith("ID  NAME"))
@@ -63,9 +69,7 @@ def test_queue_on_a_wide_terminal_shows_a_long_name_whole(
     station: Station, gpudesk: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, ids = station
-    monkeypatch.setenv("COLUMNS", "200")
-    code, out, err = gpudesk("queue")
-    assert code == 0, err
+    out = printed(gpudesk, monkeypatch, 200, "queue")
     row = next(line for line in within(out, 200) if line.split()[:1] == [str(ids[1])])
     assert row.split()[1] == LONG
     # the column is as wide as its longest name, no wider
@@ -109,9 +113,7 @@ def folded_within(out: str, columns: int) -> list[str]:
 def test_engine_status_folds_each_value_under_its_key(
     station: Station, gpudesk: Run, monkeypatch: pytest.MonkeyPatch, columns: int
 ) -> None:
-    monkeypatch.setenv("COLUMNS", str(columns))
-    code, out, err = gpudesk("engine", "status")
-    assert code == 0, err
+    out = printed(gpudesk, monkeypatch, columns, "engine", "status")
     lines = folded_within(out, columns)
     # a key starts its line, its value continues under the value, never under the key
     keys = [line.split(":")[0] for line in lines if not line.startswith(" ")]
@@ -129,9 +131,7 @@ def test_mig_views_fit_leaving_out_the_engine_counts(
     columns: int,
     command: tuple[str, ...],
 ) -> None:
-    monkeypatch.setenv("COLUMNS", str(columns))
-    code, out, err = gpudesk(*command)
-    assert code == 0, err
+    out = printed(gpudesk, monkeypatch, columns, *command)
     lines = within(out, columns)
     assert "[SIMULATED]" in " ".join(out.split())
     if command[1] == "profiles":  # each profile kept, by its id and name
@@ -147,9 +147,7 @@ def test_show_folds_its_fields_keeping_each_word_whole(
     job = ids[1]  # the 60-character name, running on a GPU: an attempt, weighed slots, usage
     wait_for(lambda: (u := engine.show(job).usage) is not None and u.gpu_j is not None, 20.0,
              what="the job to be measured")  # fmt: skip
-    monkeypatch.setenv("COLUMNS", str(columns))
-    code, out, err = gpudesk("show", str(job))
-    assert code == 0, err
+    out = printed(gpudesk, monkeypatch, columns, "show", str(job))
     # only a line holding one word longer than the room (a path, the name), and its label,
     # runs past: as test_show_truth has it at 80 columns
     long = [line for line in out.splitlines() if render.cell_width(line) > columns]
@@ -163,9 +161,7 @@ def test_show_folds_its_fields_keeping_each_word_whole(
 def test_model_show_fits_keeping_each_parameter_and_its_value(
     station: Station, gpudesk: Run, monkeypatch: pytest.MonkeyPatch, columns: int
 ) -> None:
-    monkeypatch.setenv("COLUMNS", str(columns))
-    code, out, err = gpudesk("model", "show")
-    assert code == 0, err
+    out = printed(gpudesk, monkeypatch, columns, "model", "show")
     lines = within(out, columns)
     assert "SIMULATED" in lines[0]
     at = next(n for n, line in enumerate(lines) if line.split()[:2] == ["PARAMETER", "VALUE"])
@@ -174,7 +170,5 @@ def test_model_show_fits_keeping_each_parameter_and_its_value(
 
 @pytest.mark.parametrize("columns", [40, 80])
 def test_select_presets_fits(gpudesk: Run, monkeypatch: pytest.MonkeyPatch, columns: int) -> None:
-    monkeypatch.setenv("COLUMNS", str(columns))
-    code, out, err = gpudesk("select", "presets")
-    assert code == 0, err
+    out = printed(gpudesk, monkeypatch, columns, "select", "presets")
     assert "docs/selection.md" in within(out, columns)[-1]
