@@ -82,7 +82,8 @@ def _names_are_ours(folder: int) -> bool:
     file system, and her job can link its own stdout through /proc/self/fd even where she
     cannot reach the folder. Refusing such a file let her lift the log cap (a log root may not
     rotate grows for good); acting on it through the fd opened here never goes through a name
-    of hers, and only ever on that file (docs/security.md)."""
+    of hers, and only ever on that file (docs/security.md). An ACL entry that lets another
+    user write shows in the group bits, which hold the ACL's mask (POSIX.1e)."""
     st = os.fstat(folder)
     return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 

@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -270,13 +271,30 @@ def test_the_rotation_record_is_roots_and_the_parts_are_the_owners(attempt: Atte
     assert read_all(attempt.log, attempt.owner.uid) == b"y" * 100 + b"\n"
 
 
-@pytest.mark.parametrize("folder", ["root's alone", "group-writable", "hers"])
+def grant_write_by_acl(folder: Path, uid: int) -> None:
+    """A POSIX access ACL on `folder` giving user `uid` rwx (as `setfacl -m u:UID:rwx` sets
+    it: its mask rwx too), its mode's other entries kept; skips where the file system has no
+    ACLs. The xattr's format: linux/posix_acl_xattr.h (version 2, then tag, perm, id)."""
+    mode = folder.stat().st_mode
+    anyone = 0xFFFFFFFF  # the id of an entry that names no one (the owner, its group ...)
+    entries = [(0x01, mode >> 6 & 7, anyone), (0x02, 7, uid), (0x04, mode >> 3 & 7, anyone)]
+    entries += [(0x10, 7, anyone), (0x20, mode & 7, anyone)]
+    acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *entry) for entry in entries)
+    try:
+        os.setxattr(folder, "system.posix_acl_access", acl)
+    except OSError as exc:
+        pytest.skip(f"no POSIX ACLs on {folder}'s file system: {exc.strerror}")
+
+
+@pytest.mark.parametrize("folder", ["root's alone", "group-writable", "hers", "acl"])
 def test_her_linked_log_is_rotated_only_in_a_folder_root_alone_writes(
     attempt: Attempt, tmp_path: Path, folder: str
 ) -> None:
     """Her log with a second name of hers (gpudesk.untrusted._names_are_ours): rotated in place
     where only root makes names in its folder (a system engine's attempt folder), so it is the
-    file root made there; refused, untouched, where someone else could have put it there."""
+    file root made there; refused, untouched, where someone else could have put it there. An
+    ACL entry granting her write is seen in the mode's group bits, which hold the ACL's mask
+    (POSIX.1e: no named entry can write past the mask), so the mode bits alone tell it."""
     body = b"x" * 100 + b"\n" + b"y" * 100 + b"\n"
     attempt.write_owned(attempt.log, body)
     os.link(attempt.log, tmp_path / "hers.log")  # her second name, as ln(1) makes it for her
@@ -284,6 +302,8 @@ def test_her_linked_log_is_rotated_only_in_a_folder_root_alone_writes(
         attempt.folder.chmod(0o775)
     elif folder == "hers":
         os.chown(attempt.folder, attempt.owner.uid, attempt.owner.gid)
+    elif folder == "acl":
+        grant_write_by_acl(attempt.folder, attempt.owner.uid)
     result = bounded(lambda: joblog.rotate(attempt.log, 150, keep=2))
     if folder == "root's alone":
         assert result is True, result
