@@ -15,9 +15,10 @@ key an option's long name with or without dashes (`time = "2h"`, `max-attempts =
 Values go to click as the option's default (`default_map`), so the command line always wins
 and a value is checked as if typed (a bad one's paragraph names the file, its line, the
 table and key: `default_source`), as is one that gpudesk's own checks refuse. A value of the
-wrong kind for its option (`after = 5` for a repeatable one: gpudesk.cli.config_values), an
-unknown command or option, is a line naming the file, its line, the table and the key, every
-one of both files said at once (one paragraph: no fix, run, fix, run); a file that is not TOML
+wrong kind for its option (`after = 5` for a repeatable one), one its number, range or choice
+refuses (`mem = "lots"`, `interval = 0`: gpudesk.cli.config_values), an unknown command or
+option, is a line naming the file, its line, the table and the key, every one of both files
+said at once (one paragraph: no fix, run, fix, run); a file that is not TOML
 or cannot be read is one paragraph naming it. Either way the command does not run.
 
 Under it lies the site's file, `/etc/gpudesk/config.toml` (gpudesk.cli.site_config), with the
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk.cli.common import CliError
-from gpudesk.cli.config_values import expected_value
+from gpudesk.cli.config_values import expected_value, refused_value
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.core.field_checks import describe
 from gpudesk.named_file import FileTooLarge, read_named
@@ -308,6 +309,9 @@ def _fill(
         expected = expected_value(param, value)
         if expected is not None:  # click would iterate or convert it, and fail or truncate
             problems.append((lines.path, f"{said}: expected {expected}, found {describe(value)}"))
+            continue
+        if refused := refused_value(param, value):
+            problems.append((lines.path, f"{said}: {refused}"))
             continue
         own[param.name] = value
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudesk.core.field_checks import describe
+
 # What each click type takes from TOML, by the type's name (typer may carry its own copy of
 # click, so types are told apart by name, not class), and how it is said. A type not named here
 # takes text, as click's string type does.
@@ -44,6 +46,36 @@ def expected_value(param: Any, value: Any) -> str | None:
         name = option.lstrip("-")
         return f'an array of {words}, one item for each {option} typed ({name} = ["..."])'
     return None if _is_kind(value, kinds) else words
+
+
+# The click types whose check depends on the value alone (a path's would ask the file system
+# at every command's start, for a table of another command): checked when the file is read, so
+# that every wrong value of the file is said at once, not one a run (`mem = "lots"`, then
+# `priority = "high"`). Text and what gpudesk's own code checks are checked as the command runs.
+_PURE = frozenset(["int", "integer", "int range", "integer range", "float", "float range"])
+_PURE |= {"boolean", "choice"}
+
+
+def refused_value(param: Any, value: Any) -> str | None:
+    """What click would say of `value` (of the kind `expected_value` accepts) given to option
+    `param` as if typed ("'lots' is not a valid float."), where its type's check needs only the
+    value; None where it takes it, or where its check is left to the command's run."""
+    kind = getattr(param.type, "name", "")
+    if getattr(param, "is_flag", False) or kind not in _PURE:
+        return None
+    for item in value if isinstance(value, list) else [value]:
+        try:
+            param.type.convert(item, param, None)
+        except Exception as exc:  # click's BadParameter (typer may carry its own copy of click)
+            if not hasattr(exc, "format_message"):
+                raise
+            message = str(getattr(exc, "message", exc)).rstrip(".")
+            if "is not a valid" in message:  # click's "'x' is not a valid float range"
+                words = _KINDS.get(kind, _TEXT)[0]
+                return f"expected {words}, found {describe(item)}"
+            # a range's or a choice's own words; the line names the key, not "--interval"
+            return message
+    return None
 
 
 def _is_kind(value: Any, kinds: tuple[type, ...]) -> bool:

@@ -57,7 +57,9 @@ def plain_queue_options(args: list[str]) -> QueueOptions | None:
                 return None
             field, parsed = QUEUE_VALUES[option], value
             if field == "limit":
-                parsed = int(value) if DIGITS.fullmatch(value) else 0
+                from gpudesk.core.protocol import MAX_ROW_ID  # past it: every job (as jobs.queue)
+
+                parsed = min(int(value), MAX_ROW_ID) if DIGITS.fullmatch(value) else 0
                 if parsed < 1:
                     return None  # typer says what is wrong with it
         else:

@@ -110,9 +110,7 @@ _OUTPUT = typer.Option(
 )
 _USER = typer.Option(None, "--user", "-u", help="Only this user's jobs.")
 _ME = typer.Option(False, "--me", help="Only my jobs.")
-_LIMIT = typer.Option(
-    1000, "--limit", min=1, max=MAX_ROW_ID, metavar="N", help="At most the newest N jobs."
-)
+_LIMIT = typer.Option(1000, "--limit", min=1, metavar="N", help="At most the newest N jobs.")
 _WIDE = typer.Option(
     False,
     "--wide",
@@ -140,6 +138,7 @@ def history(
 ) -> None:
     """Finished jobs with what each used: wall time, GPU- and CPU-seconds, peak memory,
     energy and CO2e, where it ran (CSV and JSON in joules, for accounting)."""
+    limit = min(limit, MAX_ROW_ID)  # past the largest id a store holds: every job
 
     if output_format not in FORMATS:
         fail(

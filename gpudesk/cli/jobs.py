@@ -257,7 +257,6 @@ def queue(
         DEFAULT_LIMIT,
         "--limit",
         min=1,
-        max=MAX_ROW_ID,
         help="Show at most N waiting jobs (every running one is shown); with --all or --state, "
         "the newest N jobs. Says what it left out.",
     ),
@@ -285,6 +284,9 @@ def queue(
     """List queued and running jobs (with --all, finished ones too), everyone's unless
     --user or --me. Asks a running engine; never starts one (`gpudesk engine start` does)."""
     # gpudesk.cli.fast_path runs the same function for a plain command line, before typer
+    # past the largest id a store holds, a limit is every job ("1<=x<=9223372036854775807"
+    # would only say the store's own bound)
+    limit = min(limit, MAX_ROW_ID)
     list_queue(QueueOptions(all_jobs, group, limit, user, me, state, name, json_out, long))
 
 

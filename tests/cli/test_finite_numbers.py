@@ -86,4 +86,4 @@ def test_a_config_files_default_is_held_to_it_too(tmp_path: Path) -> None:
     config.write_text("[top]\ninterval = nan\n")
     done = gpudesk(tmp_path, ["top", "--once"], config=str(config))
     assert done.returncode == 2
-    refuses(done, "'--interval'", "nan is not a finite number", f"[top] interval in {config}")
+    refuses(done, f"{config}:2: [top] interval: nan is not a finite number")
