@@ -169,13 +169,14 @@ def checked_spec(raw: dict[str, Any]) -> JobSpec:
             fail(f"--{field.replace('_', '-')}: {message}", EXIT_USAGE)
         # submit's command is what follows `--`, not an option (edit's is --command)
         where = "the command (after --)" if exc.key == "command" else option_of(exc.key)
-        fail(f"{where}: {exc.message}", EXIT_USAGE)
+        fail(f"{where}: {keys_as_options(exc.message)}", EXIT_USAGE)
     return spec
 
 
 # Where an engine's refusal of an edit names a field: `fields.memory_gb` (a submit's job:
 # gpudesk.api.errors.job_refusal)
 _EDIT_FIELD = re.compile(r"fields\.(?P<field>[a-z_]+): (?P<rest>.*)", re.DOTALL)
+_KEY = re.compile(r"`([a-z_]+)`")  # a field said as a key: gpudesk.core.jobs.as_key
 
 
 def as_option(exc: EngineError) -> tuple[str, int] | None:
@@ -195,7 +196,18 @@ def as_option(exc: EngineError) -> tuple[str, int] | None:
             return None
         field, rest = match["field"], match["rest"]
     code = EXIT_USAGE if exc.code in ("invalid_args", "unknown_job") else EXIT_FAILED
-    return f"{option_of(field)}: {rest}", code
+    return f"{option_of(field)}: {keys_as_options(rest)}", code
+
+
+def keys_as_options(text: str) -> str:
+    """`text` (a refusal's words) with each JobSpec field it names as a key (`after_notok`:
+    gpudesk.core.jobs.as_key) said as the option that gives it (--after-notok)."""
+    import dataclasses
+
+    from gpudesk.core.jobs import JobSpec
+
+    fields = {f.name for f in dataclasses.fields(JobSpec)}
+    return _KEY.sub(lambda key: option_of(key[1]) if key[1] in fields else key[0], text)
 
 
 def after_refs(after: list[str]) -> list[str]:

@@ -329,8 +329,16 @@ check_sm_pct = number_in(0.0, 100.0)
 check_preempt_grace = number_in(1.0, MAX_PREEMPT_GRACE_S)
 
 
+def as_key(field: str) -> str:
+    """A JobSpec field said in an engine's message as a key (`after_notok`): a client that
+    gave it by an option says that option there instead (gpudesk.cli.submit_job.as_option)."""
+    return f"`{field}`"
+
+
 def never_met(
-    after: Sequence[int | str], after_notok: Sequence[int | str], named: Callable[[str], str] = str
+    after: Sequence[int | str],
+    after_notok: Sequence[int | str],
+    named: Callable[[str], str] = as_key,
 ) -> str:
     """Why a job waiting for `after` (each must succeed: Slurm's afterok) and `after_notok`
     (each must end without succeeding) could never start ("": it could): a job named by both

@@ -169,7 +169,8 @@ class _Entries(_Tables):
             if kind in table:
                 checked = self.check((*key, kind), _check_after_names, table[kind])
                 found[kind] = () if checked is _INVALID else checked
-        if problem := never_met(found.get("after", ()), found.get("after_notok", ())):
+        # a profile's keys are the fields' names: said plainly, as its other problems say keys
+        if problem := never_met(found.get("after", ()), found.get("after_notok", ()), str):
             self.problem((*key, "after_notok"), problem)
         return found
 

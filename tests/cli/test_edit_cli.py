@@ -97,7 +97,7 @@ def test_edit_changes_after_any_and_after_notok_with_the_cycle_check(
     one_error(
         *gpudesk("edit", "train", "--after", "prep")[::2],
         EXIT_USAGE,
-        f"--after: after and after_notok both name job {prep}: ",
+        f"--after: --after and --after-notok both name job {prep}: ",
         "so this job could never start",
     )
     assert engine.job(train).spec.after == []
