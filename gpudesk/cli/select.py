@@ -28,10 +28,12 @@ LIST_HINT = "gpudesk select list shows it"
 
 
 def _cache() -> Any:
-    from gpudesk.paths import Home
+    """The selection cache of this home; a station's, in the state folder its engine names."""
+    from gpudesk.api.state_home import state_home
+    from gpudesk.cli.common import current_home
     from gpudesk.selection.cache import SelectionCache
 
-    return SelectionCache(Home.from_env().selection_dir)
+    return SelectionCache(state_home(current_home()).selection_dir)
 
 
 def _report_problems(cache: Any) -> None:
