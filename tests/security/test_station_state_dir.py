@@ -32,6 +32,15 @@ def _as_root(station: Station, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd="/")
 
 
+def _cached(station: Station) -> str:
+    """The key of the digits' random-25, cached by root in the station's state folder (as an
+    admin's `sudo gpudesk select run` does there)."""
+    cache = SelectionCache(station.state_dir / "selection")
+    identity = {"factory": DIGITS, "kwargs": {"split": "train"}}
+    made = select(make_digits(split="train"), "random-25", cache, identity=identity)
+    return str(made.describe()["key"])
+
+
 def test_the_stations_selection_cache_is_in_the_state_folder_its_engine_names(
     user_station: Station,
 ) -> None:
@@ -42,10 +51,7 @@ def test_the_stations_selection_cache_is_in_the_state_folder_its_engine_names(
     station = user_station
     assert station.state_dir.parent != SYSTEM_STATE_DIR.parent
     default_there = os.path.lexists(SYSTEM_STATE_DIR)
-    cache = SelectionCache(station.state_dir / "selection")
-    identity = {"factory": DIGITS, "kwargs": {"split": "train"}}
-    made = select(make_digits(split="train"), "random-25", cache, identity=identity)
-    key = made.describe()["key"]
+    key = _cached(station)
 
     # read first: before the fix they fail here, with nothing written in the default folder
     listed = _as_root(station, "select", "list", "--json")
@@ -73,3 +79,26 @@ def test_an_output_file_is_refused_in_the_state_folder_its_engine_names(
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"inside gpudesk's home {station.state_dir}" in done.stderr, done.stderr
     assert not target.exists()
+
+
+def test_a_member_is_told_the_stations_selection_cache_is_roots(user_station: Station) -> None:
+    """A member's pre-pass on the station cannot cache its selection in the station's folder
+    (root's): one paragraph naming that folder, exit 1, where a PermissionError's traceback
+    named /var/lib/gpudesk; `select list` skips root's entry without calling it damaged and
+    moved aside, and `select clear` leaves it, in one paragraph too."""
+    station = user_station
+    key = _cached(station)
+    folder = str(station.state_dir / "selection")
+    for argv in ((*PREPASS, "--seed", "1"), ("select", "clear")):
+        done = station.gpudesk_as("ada", *argv)
+        said = done.stderr
+        assert done.returncode == 1, done.stdout + said
+        assert said.startswith(f"error: the selection cache {folder} could not be changed"), said
+        assert "the shared station's" in said and "Traceback" not in said, said
+        assert str(SYSTEM_STATE_DIR) not in said and len(said.strip().splitlines()) == 1, said
+    listed = station.gpudesk_as("ada", "select", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["entries"] == []
+    assert f"entry {key} cannot be read: Permission denied" in listed.stderr, listed.stderr
+    assert "damaged" not in listed.stderr
+    assert (station.state_dir / "selection" / key).is_dir()
