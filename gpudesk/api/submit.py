@@ -383,11 +383,12 @@ def submit_profile(
 ) -> ProfileSubmission:
     """Submit a profile: ask for [station] (see StationReport), register [datasets], queue the
     selections' pre-pass jobs, `wait` for them (default: `wait_for_jobs`), record their
-    measurements in `cache` (default: the submitter's home's), then queue the training jobs if
-    every pre-pass succeeded. Every job goes in `group` (default: a new one for this
-    submission). `on_step` hears of each step as it happens."""
+    measurements in `cache` (default: the engine's home's; a station's, in the state folder its
+    engine names), then queue the training jobs if every pre-pass succeeded. Every job goes in
+    `group` (default: a new one for this submission). `on_step` hears of each step as it
+    happens."""
     from gpudesk.api.prepass import profile_prepasses
-    from gpudesk.paths import Home
+    from gpudesk.api.state_home import state_home
     from gpudesk.selection.cache import SelectionCache
 
     outcome = ProfileSubmission(group or run_group(profile))
@@ -424,7 +425,7 @@ def submit_profile(
         else:
             wait(ids)
         if cache is None:
-            cache = SelectionCache(Home.from_env().selection_dir)
+            cache = SelectionCache(state_home(client.home, client).selection_dir)
         for result in record_prepasses(client, ids, cache):
             outcome.prepasses.append(result)
             if on_step is not None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from gpudesk.api.state_home import state_home
 from gpudesk.cli.common import current_home, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_USAGE
 from gpudesk.cli.std_streams import already_done
@@ -204,7 +205,8 @@ def _progress_printer() -> Any:
 # --- saving -----------------------------------------------------------------------------------
 def calibration_file(gpu_model: str) -> Path:
     slug = re.sub(r"[^A-Za-z0-9.]+", "-", gpu_model).strip("-") or "gpu"
-    return current_home().root / f"calibration-{slug}.json"
+    # a station's: in the state folder its engine names (an admin calibrates it as root)
+    return state_home(current_home()).root / f"calibration-{slug}.json"
 
 
 def save_fit(result: Report) -> Path:

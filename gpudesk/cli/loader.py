@@ -109,6 +109,7 @@ def serve_command(
 
 def _serve(config: ProducerConfig) -> int:
     """The producer run until stopped, its exit status; a failure said in one line."""
+    from gpudesk.api.state_home import state_home
     from gpudesk.loader.producer import serve
     from gpudesk.loader.protocol import EXIT_FINAL, FinalError, LoaderError
     from gpudesk.paths import Home
@@ -123,7 +124,9 @@ def _serve(config: ProducerConfig) -> int:
                 fail(str(exc), EXIT_USAGE)
         # By hand it says, on stdout, what it serves and why it stopped (stderr stays for
         # errors and warnings); the engine logs a managed one's start and end itself.
-        return serve(config, Home.from_env(), None if config.managed else _say)
+        # a station's producer reads the selection cache in the state folder its engine names
+        home = state_home(Home.from_env())
+        return serve(config, home, None if config.managed else _say)
     except FinalError as exc:  # its settings cannot work: the engine does not start it again
         fail(str(exc), EXIT_FINAL)
     except LoaderError as exc:

@@ -34,11 +34,13 @@ def _inside(path: str, folder: str) -> bool:
 
 def gpudesk_homes() -> list[Path]:
     """The gpudesk homes a command of this user may touch: the engine's (its state folder and its
-    sockets) and the personal one (a simulated station of its own lies in it)."""
+    sockets; a station's state folder as its engine names it) and the personal one (a simulated
+    station of its own lies in it)."""
+    from gpudesk.api.state_home import state_home
     from gpudesk.cli.common import current_home
     from gpudesk.paths import resolve_home
 
-    home = current_home()
+    home = state_home(current_home())
     return [home.root, home.socket_dir, resolve_home()]
 
 

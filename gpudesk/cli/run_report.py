@@ -22,6 +22,7 @@ from gpudesk import render
 from gpudesk.api.client import Client
 from gpudesk.api.errors import EngineError
 from gpudesk.api.models import JobView, LoaderView, UsageFigures, to_builtins
+from gpudesk.api.state_home import state_home
 from gpudesk.api.submit import (
     PrepassResult,
     StationReport,
@@ -530,7 +531,7 @@ def _submit_run(
         group=group,
         wait=follow,
         on_step=note,
-        cache=SelectionCache(client.home.selection_dir),
+        cache=SelectionCache(state_home(client.home, client).selection_dir),
         cluster=cluster,
         apply_station=apply_station,
         how_to_apply=how_to_apply,

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -28,10 +28,36 @@ LIST_HINT = "gpudesk select list shows it"
 
 
 def _cache() -> Any:
-    from gpudesk.paths import Home
+    """The selection cache of this home; a station's, in the state folder its engine names."""
+    from gpudesk.api.state_home import state_home
+    from gpudesk.cli.common import current_home
     from gpudesk.selection.cache import SelectionCache
 
-    return SelectionCache(Home.from_env().selection_dir)
+    return SelectionCache(state_home(current_home()).selection_dir)
+
+
+def _not_written(cache: Any, exc: OSError) -> NoReturn:
+    """A cache this command could not change: one paragraph, exit 1. On a shared station it is
+    the station's, in its state folder, root's: a member can change nothing there."""
+    from gpudesk.cli.common import current_home
+
+    # a name relative to the cache (rmtree's, by its folder's descriptor), or one in it or on its
+    # way is the cache's; another (a file the dataset's factory reads) is not
+    named, root = os.fsdecode(exc.filename or ""), str(cache.root)
+    if not named or (
+        os.path.isabs(named) and not (named.startswith(root) or root.startswith(named))
+    ):
+        raise exc
+    where = printable_line(str(cache.root / named))
+    said = f"the selection cache {printable_line(str(cache.root))} could not be changed: {where}: "
+    said += exc.strerror or str(exc)
+    if current_home().is_system and os.geteuid() != 0:
+        said += (
+            ". It is the shared station's, in its state folder, and root's: on a station only "
+            "root's commands and jobs cache selections; a member's are not cached yet "
+            '(docs/shared-station.md, "The selection cache on a station")'
+        )
+    fail(said, EXIT_FAILED)
 
 
 def _report_problems(cache: Any) -> None:
@@ -171,8 +197,6 @@ def run_command(
     record: RecordReuseOption = True,
 ) -> None:
     """Compute (or reuse) a preset's ordering for a dataset and say what it keeps."""
-    from gpudesk.loader.producer_config import load_factory
-    from gpudesk.loader.protocol import LoaderError
     from gpudesk.selection.apply import select
     from gpudesk.selection.preset_names import PresetError, parse_preset
 
@@ -181,31 +205,26 @@ def run_command(
     except PresetError as exc:
         fail(str(exc), EXIT_USAGE)
     settings = _dataset_settings(dataset, profile, arg, target, target_arg)
-    try:
-        data = load_factory(settings["factory"])(**settings["kwargs"])
-        aim = (
-            load_factory(settings["target"])(**settings["target_kwargs"])
-            if settings["target"]
-            else None
-        )
-    except LoaderError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except Exception as exc:  # the user's factory failed: say so, without a traceback
-        fail(f"{settings['factory']} failed to build the dataset: {type(exc).__name__}: {exc}")
+    data, aim = _built(settings)
     cache = _cache()
+    seed = settings["seed"] if seed is None else seed
+    identity = {"factory": settings["factory"], "kwargs": settings["kwargs"]}
     try:
+        used_by = _reuser() if record else None
         selection = select(
             data,
             chosen,
             cache,
             target=aim,
-            seed=settings["seed"] if seed is None else seed,
-            used_by=_reuser() if record else None,
-            identity={"factory": settings["factory"], "kwargs": settings["kwargs"]},
+            seed=seed,
+            used_by=used_by,
+            identity=identity,
             verify=verify,
         )
     except PresetError as exc:
         fail(str(exc), EXIT_FAILED)
+    except OSError as exc:  # the cache could not be written (a station's is root's)
+        _not_written(cache, exc)
     _report_problems(cache)
     about = selection.describe()
     if about["key"] is not None and not about["reused"]:
@@ -225,6 +244,26 @@ def run_command(
         f"{chosen.name} of {settings['factory']}: keeps {about['kept']} of {about['of']} "
         f"samples ({how}, key {about['key'] or '-'}, {about['select_s']:.3f} s)"
     )
+
+
+def _built(settings: dict[str, Any]) -> tuple[Any, Any]:
+    """The dataset and the target set (None: none) `settings` name; a factory that fails is
+    said in one line."""
+    from gpudesk.loader.producer_config import load_factory
+    from gpudesk.loader.protocol import LoaderError
+
+    try:
+        data = load_factory(settings["factory"])(**settings["kwargs"])
+        aim = (
+            load_factory(settings["target"])(**settings["target_kwargs"])
+            if settings["target"]
+            else None
+        )
+    except LoaderError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except Exception as exc:  # the user's factory failed: say so, without a traceback
+        fail(f"{settings['factory']} failed to build the dataset: {type(exc).__name__}: {exc}")
+    return data, aim
 
 
 def _reuser() -> str:
@@ -391,7 +430,11 @@ def show_command(
 @select_app.command("clear")
 def clear_command() -> None:
     """Remove every cached ordering (they are recomputed when next asked for)."""
-    removed = _cache().clear()
+    cache = _cache()
+    try:
+        removed = cache.clear()
+    except OSError as exc:
+        _not_written(cache, exc)
     already_done("the selection cache was emptied all the same")
     print(f"removed {removed} selection cache entries")
 

@@ -177,12 +177,16 @@ class SelectionCache:
 
     # ------------------------------------------------------------------ reading
     def load(self, key: str) -> Entry | None:
-        """The entry, or None when there is none or it was damaged (then moved aside)."""
+        """The entry, or None when there is none, it cannot be read (another user's), or it was
+        damaged (then moved aside)."""
         folder = self._dir(key)
         if not folder.is_dir():
             return None
         try:
             return self._read(folder)
+        except PermissionError as exc:  # someone else's (a station's is root's): not damaged
+            self.problems.append(f"selection cache entry {key} cannot be read: {exc.strerror}")
+            return None
         except CorruptEntry as exc:
             aside = folder.with_name(f"{folder.name}.corrupt-{int(time.time())}")
             with contextlib.suppress(OSError):
@@ -197,6 +201,8 @@ class SelectionCache:
         try:
             meta = json.loads((folder / META).read_text())
             sums = meta["sha256"]
+        except PermissionError:
+            raise
         # RecursionError: `[[[[…` nested past the stack is as damaged as any other
         except (OSError, ValueError, RecursionError, KeyError, TypeError) as exc:
             raise CorruptEntry(f"{META}: {exc}") from None
@@ -206,6 +212,8 @@ class SelectionCache:
                 continue
             try:
                 data = (folder / f"{name}.npy").read_bytes()
+            except PermissionError:
+                raise
             except OSError as exc:
                 raise CorruptEntry(f"{name}.npy: {exc.strerror or exc}") from None
             if hashlib.sha256(data).hexdigest() != sums[name]:

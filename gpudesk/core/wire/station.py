@@ -315,6 +315,9 @@ class PingResult(WireModel, frozen=True):
     pid: int
     version: str
     protocol: int
+    # its state folder (a system engine's --state-dir, a personal engine's home), where a
+    # client finds the station's files (the selection cache); None: an engine from before it
+    home: str | None = None
 
 
 class ShutdownResult(WireModel, frozen=True):

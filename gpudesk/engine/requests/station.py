@@ -1,6 +1,5 @@
 """The engine and its station: `ping`, `status`, `shutdown`, `configure` and `check_configure`
-(a [station] table weighed key by key), and `datasets` (shared-loader registrations).
-"""
+(a [station] table weighed key by key), and `datasets` (shared-loader registrations)."""
 
 from __future__ import annotations
 
@@ -57,7 +56,8 @@ class StationRequests(Requests):
         }
 
     def ping(self, _args: OpArgs, _caller: Caller) -> PingResult:
-        return PingResult(pid=os.getpid(), version=__version__, protocol=protocol.PROTOCOL_VERSION)
+        home, wire = str(self.parts.home.root), protocol.PROTOCOL_VERSION
+        return PingResult(pid=os.getpid(), version=__version__, protocol=wire, home=home)
 
     def status(self, args: StatusArgs, caller: Caller) -> StationStatus | Later[Statuses]:
         """The engine, the station and its loaders; `fresh_loaders`: the producers asked now,
