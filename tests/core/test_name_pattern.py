@@ -17,7 +17,7 @@ from gpudesk.core.name_pattern import MAX_NAME_PATTERN, name_pattern_refusal, sq
 from gpudesk.core.wire.requests import ArgsError, JobsArgs, decode_args
 
 # the characters where GLOB and fnmatch part ways, and a few plain ones (é: two bytes, one char)
-PIECES = st.text(alphabet="ab[]!^-*?\\é", min_size=0, max_size=7)
+PIECES = st.text(alphabet="abz09[]!^-*?\\é", min_size=0, max_size=8)
 
 
 @settings(max_examples=3000, deadline=None)
@@ -39,9 +39,14 @@ def test_the_glob_matches_every_match_and_only_them_where_exact(pattern: str, na
         ("lr-?", "lr-?", True),
         ("a[b", "a[[]b", True),  # an unclosed `[` is itself
         ("a]b", "a]b", True),
-        ("[!a]x", "?x", False),
+        ("lr-[0-9]?", "lr-[0-9]?", True),  # a plain set: GLOB's own
+        ("[!a-cx]y", "[^a-cx]y", True),
+        ("[z-a]x", "?x", False),  # a range downwards: fnmatch's own reading
+        ("[^a]x", "?x", False),
+        ("[a-]x", "?x", False),
         ("[]a]*", "?*", False),  # a `]` first is the set's own
         ("[!]]", "?", False),
+        ("[é]", "?", False),
     ],
 )
 def test_a_pattern_as_glob(pattern: str, glob: str, exact: bool) -> None:
