@@ -380,14 +380,17 @@ class Client:
         user: str | int | None = None,
         archived: bool = False,
         count: bool = False,
+        name: str | None = None,
     ) -> JobList:
         """One `jobs` request: a page of at most the engine's cap (JOBS_PAGE_CAP) and `limit`,
         oldest first; from the oldest, or after `after_id`; with `limit` alone the newest, or
         with `before_id` the newest before it. The reply says whether more match and where to
-        go on (`JobList`)."""
+        go on (`JobList`). `name`: only jobs whose name matches this shell pattern
+        (fnmatchcase's: gpudesk.core.name_pattern), matched by the engine."""
         args = JobsArgs(
             states=None if states is None else list(states),
             group=group,
+            name=name,
             ids=None if ids is None else list(ids),
             limit=limit,
             after_id=after_id,
@@ -409,6 +412,7 @@ class Client:
         usage: bool = False,
         user: str | int | None = None,
         archived: bool = False,
+        name: str | None = None,
     ) -> JobList:
         """Every job that matches (with `limit`, the newest `limit`), oldest first, in one
         JobList gathered from as many pages as it takes: each page its own request, so other
@@ -422,7 +426,7 @@ class Client:
                 ids[i : i + MAX_LISTING_IDS] for i in range(0, len(ids), MAX_LISTING_IDS)
             ] or [[]]
         filters: dict[str, Any] = dict(
-            states=states, group=group, usage=usage, user=user, archived=archived
+            states=states, group=group, usage=usage, user=user, archived=archived, name=name
         )
         jobs: list[JobView] = []
         damaged: list[DamagedJob] = []
@@ -458,6 +462,7 @@ class Client:
         usage: bool = False,
         user: str | int | None = None,
         archived: bool = False,
+        name: str | None = None,
     ) -> JobPages:
         """`job_listing`'s pages one at a time, for a caller that uses each as it arrives:
         oldest first, or newest first where `limit` keeps fewer than match (`JobPages`)."""
@@ -471,6 +476,7 @@ class Client:
             usage=usage,
             user=user,
             archived=archived,
+            name=name,
         )
 
     def jobs(
@@ -483,11 +489,12 @@ class Client:
         usage: bool = False,
         user: str | int | None = None,
         archived: bool = False,
+        name: str | None = None,
     ) -> list[JobView]:
-        """Jobs, oldest first, filtered by state, group, ids or owner (`user`: a user name or
-        uid); `limit` keeps the newest. Archived jobs (finished longer ago than the station
-        keeps them live) only with `archived`, or when named by `ids`. Rows the engine cannot
-        read are left out: `job_listing` says which."""
+        """Jobs, oldest first, filtered by state, group, ids, owner (`user`: a user name or
+        uid) or name (a shell pattern, `lr-*`); `limit` keeps the newest. Archived jobs
+        (finished longer ago than the station keeps them live) only with `archived`, or when
+        named by `ids`. Rows the engine cannot read are left out: `job_listing` says which."""
         return self.job_listing(
             states=states,
             group=group,
@@ -496,6 +503,7 @@ class Client:
             usage=usage,
             user=user,
             archived=archived,
+            name=name,
         ).jobs
 
     def show(self, job: JobRef, *, env: bool = False, series: bool = False) -> JobDetail:

@@ -41,10 +41,11 @@ class JobPages:
         usage: bool = False,
         user: str | int | None = None,
         archived: bool = False,
+        name: str | None = None,
     ) -> None:
         self.client = client
         self.filters: dict[str, Any] = dict(
-            states=states, group=group, user=user, archived=archived
+            states=states, group=group, user=user, archived=archived, name=name
         )
         self.usage = usage
         self.limit = limit

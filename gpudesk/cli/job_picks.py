@@ -13,6 +13,7 @@ import typer
 
 from gpudesk.cli.common import fail, owner_filter
 from gpudesk.cli.exit_codes import EXIT_USAGE
+from gpudesk.core.name_pattern import name_pattern_refusal
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -69,17 +70,23 @@ def check_picks(
     if not jobs and not picked:
         fail(f"which jobs? name them, or pick them with {options}", EXIT_USAGE)
     owner_filter(picks.user, picks.me)  # --user with --me: said here too
+    refusal = None if picks.name is None else name_pattern_refusal(picks.name)
+    if refusal is not None:
+        fail(f"--name: {refusal}", EXIT_USAGE)
 
 
 def picked_refs(
     client: Client, jobs: list[str] | None, picks: Picks, states: tuple[str, ...] | None
 ) -> list[str]:
     """The jobs named (`jobs`, as `check_picks` let them through), or the ids of the live jobs
-    the picks choose whose state ("held" for a held queued job) is one of `states` (None: any)."""
+    the picks choose whose state ("held" for a held queued job) is one of `states` (None: any).
+    The engine matches the names; each is matched here again, as the command acts on the jobs:
+    an engine from before `jobs`' `name` ignores it and would pick every live job."""
     if jobs:
         return list(jobs)
+    owner = owner_filter(picks.user, picks.me)
     listing = client.job_listing(
-        states=["queued", "running"], user=owner_filter(picks.user, picks.me), group=picks.group
+        states=["queued", "running"], user=owner, group=picks.group, name=picks.name
     )
     return [
         str(job.id)

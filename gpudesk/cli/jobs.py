@@ -270,7 +270,10 @@ def queue(
         "succeeded, failed, cancelled (finished ones need no --all).",
     ),
     name: str | None = typer.Option(
-        None, "--name", help="Only jobs whose name matches this shell pattern (train-*)."
+        None,
+        "--name",
+        help="Only jobs whose name matches this shell pattern, case-sensitive (train-*, "
+        "lr-[0-9]?); the engine matches it, so --limit counts only the matches.",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     long: bool = typer.Option(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpudesk.cli.common import (
     current_home,
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from gpudesk.api.client import Client
     from gpudesk.api.models import DamagedJob, DrainView, JobStateName, JobView
 
-    Keep = Callable[[JobView], bool]  # a filter of the CLI's own (--name, --state held)
+    Keep = Callable[[JobView], bool]  # a filter of the CLI's own (--state held, suspended)
 
 DEFAULT_LIMIT = 500  # waiting jobs shown by default (every running one is)
 LIVE_STATES: tuple[JobStateName, ...] = ("queued", "running")  # the order jobs pass through them
@@ -120,22 +120,19 @@ def queue_rows(jobs: list[JobView], width: int | None, long: bool = False) -> st
     return text
 
 
-def list_queue(options: QueueOptions) -> None:
-    """List queued and running jobs (with --all, finished ones too), everyone's unless
-    --user or --me."""
-    import fnmatch
+def _asked_states(options: QueueOptions) -> tuple[set[str], list[JobStateName] | None]:
+    """--state's words (as the STATE column says them: "held" too), and the engine's states
+    that hold them (None: every state); a usage error where a word is not a state, or --name
+    not a name pattern."""
     from typing import get_args
 
-    from gpudesk import render
-    from gpudesk.api.models import JobStateName, to_builtins
+    from gpudesk.api.models import JobStateName
 
-    owner = owner_filter(options.user, options.me)
     states: list[JobStateName] | None = None if options.all_jobs else list(LIVE_STATES)
     asked: set[str] = set()
-    state, name = options.state, options.name
-    if state is not None:
+    if options.state is not None:
         known = {*get_args(JobStateName), "held"}
-        asked = {word.strip().lower() for word in state.split(",") if word.strip()}
+        asked = {word.strip().lower() for word in options.state.split(",") if word.strip()}
         wrong = sorted(asked - known)
         if wrong or not asked:
             fail(
@@ -147,6 +144,24 @@ def list_queue(options: QueueOptions) -> None:
         states = [
             s for s in get_args(JobStateName) if s in asked or (s == "queued" and "held" in asked)
         ]
+    if options.name is not None:
+        from gpudesk.core.name_pattern import name_pattern_refusal
+
+        refusal = name_pattern_refusal(options.name)
+        if refusal is not None:
+            fail(f"--name: {refusal}", EXIT_USAGE)
+    return asked, states
+
+
+def list_queue(options: QueueOptions) -> None:
+    """List queued and running jobs (with --all, finished ones too), everyone's unless
+    --user or --me."""
+    from gpudesk import render
+    from gpudesk.api.models import to_builtins
+
+    owner = owner_filter(options.user, options.me)
+    asked, states = _asked_states(options)
+    state, name = options.state, options.name
     from gpudesk.cli.no_engine import running_client, say_nothing
 
     home = current_home()
@@ -157,15 +172,13 @@ def list_queue(options: QueueOptions) -> None:
             print_json({"jobs": [], "simulated": None})
         return
     keep: Keep | None = None
-    if asked or name is not None:  # the filters the engine has not: before --limit, as its own
+    if asked:  # held and suspended, which the engine's states have not: before --limit
 
         def keep(job: JobView) -> bool:
-            return (not asked or ("held" if job.held else job.state) in asked) and (
-                name is None or fnmatch.fnmatchcase(job.name, name)
-            )
+            return ("held" if job.held else job.state) in asked
 
     with client:
-        listed = fetch_listed(client, states, options.group, options.limit, owner, keep)
+        listed = fetch_listed(client, states, options.group, options.limit, owner, keep, name)
     jobs, damaged, cut = listed.jobs, listed.damaged, listed.cut
     say_damaged(damaged)
     if options.json_out:
@@ -208,17 +221,19 @@ def fetch_listed(
     limit: int,
     owner: str | int | None,
     keep: Keep | None = None,
+    name: str | None = None,
 ) -> Listed:
     """Queued and running jobs (the default): every running job, then the waiting ones in queue
     order (priority, then submission), the first `limit` of them. Otherwise the newest `limit`
-    jobs, every running one among those asked for kept. `keep`: the jobs the filters the
-    engine has not (--name, --state held) keep, picked before the limit, which then counts
-    only them, as it does the engine's own filters (--user, --group, --state)."""
-    matching = "" if keep is None else " matching"
+    jobs, every running one among those asked for kept. `name`: only the jobs whose name
+    matches this shell pattern, which the engine picks, as its other filters (--user, --group,
+    --state). `keep`: the jobs the filter the engine has not (--state held) keeps, picked
+    before the limit, which then counts only them, as it does the engine's own filters."""
+    matching = "" if keep is None and name is None else " matching"
     if states is not None and set(states) <= set(LIVE_STATES):
         # one listing in id order: a job that starts or ends between its pages is listed once,
         # as it was when its page was read (a job still waiting or running is never missed)
-        listing = client.job_listing(states=states, group=group, user=owner)
+        listing = client.job_listing(states=states, group=group, user=owner, name=name)
         damaged = list(listing.damaged)
         kept = [job for job in listing.jobs if keep is None or keep(job)]
         running = [job for job in kept if job.placed]
@@ -232,17 +247,19 @@ def fetch_listed(
             )
         return Listed(running + waiting[:limit], damaged, cut, listing.simulated, listing.drain)
     if keep is not None:
-        return _newest_kept(client, states, group, limit, owner, keep)
-    listing = client.job_listing(states=states, group=group, limit=limit, user=owner)
+        return _newest_kept(client, states, group, limit, owner, keep, name)
+    filters: dict[str, Any] = dict(group=group, user=owner, name=name)
+    listing = client.job_listing(states=states, limit=limit, **filters)
     jobs, damaged, cut = listing.jobs, list(listing.damaged), None
     if listing.more:
-        total = client.jobs_page(states=states, group=group, limit=1, user=owner, count=True).total
-        older = f"{total - len(jobs) - len(damaged)} older jobs" if total else "older jobs"
-        cut = f"… and {older} not shown; --limit N shows more"
+        total = client.jobs_page(states=states, limit=1, count=True, **filters).total
+        left = total - len(jobs) - len(damaged) if total else None
+        older = "older" if left is None else f"{left} older"
+        cut = f"… and {older}{matching} job{'s' * (left != 1)} not shown; --limit N shows more"
     if states is None or "running" in states:
         from gpudesk.api.client import one_view_per_job
 
-        live = client.job_listing(states=["running"], group=group, user=owner).jobs
+        live = client.job_listing(states=["running"], **filters).jobs
         jobs = one_view_per_job(jobs, live)
     return Listed(jobs, damaged, cut, listing.simulated, listing.drain)
 
@@ -254,13 +271,14 @@ def _newest_kept(
     limit: int,
     owner: str | int | None,
     keep: Keep,
+    name: str | None,
 ) -> Listed:
     """The newest `limit` jobs `keep` keeps (every running one among them too), of every job
     the engine's filters give: the client's filter must see them all to count what the limit
     left out of those it keeps, not of the store."""
     from gpudesk.api.client import one_view_per_job
 
-    listing = client.job_listing(states=states, group=group, user=owner)
+    listing = client.job_listing(states=states, group=group, user=owner, name=name)
     kept = [job for job in listing.jobs if keep(job)]
     jobs = one_view_per_job(kept[-limit:], [job for job in kept if job.state == "running"])
     cut, left = None, len(kept) - len(jobs)

@@ -1,6 +1,6 @@
 """`gpudesk queue`'s filters pick jobs before `--limit` cuts them, and the line that says what
-the limit left out counts only the jobs that match: `--name` and `--state held` (the CLI's own
-filters) as `--group` and `--state` (the engine's). Real engine, real CLI (in process)."""
+the limit left out counts only the jobs that match: `--state held` (the CLI's own filter) as
+`--name`, `--group` and `--state` (the engine's). Real engine, real CLI (in process)."""
 
 from __future__ import annotations
 

@@ -284,6 +284,9 @@ def run_station_scenario(driver: StationDriver, subscribed: Callable[[], None]) 
     client.model_reset(gpu_model, confirm=True)
     client.jobs(usage=True)
     client.jobs(states=["failed", "succeeded"], limit=3)
+    # by name, as `gpudesk queue --name`: GLOB's own words, then a set fnmatch decides
+    assert [job.name for job in client.jobs(name="fail*")] == ["failing"]
+    assert [job.name for job in client.jobs(name="[!f]ictim", limit=1)] == ["victim"]
     mine = client.jobs(user=os.getuid())  # a user's jobs: here every job is the engine user's
     assert mine and mine == client.jobs(user=mine[0].user)
     subscribed()

@@ -77,6 +77,10 @@ def _walks_an_index(plan: list[str], index: str) -> bool:
         # one user's history, and all of one user's jobs
         (dict(states=FINISHED, newest=True, archived=True, owner_uid=5001), "jobs_by_owner_id"),
         (dict(owner_uid=5001), "jobs_by_owner_id"),
+        # a name pattern narrows the walk, never turns it into a sort (queue --all --name)
+        (dict(newest=True, name="sweep-*"), "jobs_unarchived"),
+        (dict(states=FINISHED, newest=True, name="lr-[0-9]*"), "jobs_finished"),
+        (dict(states=LIVE, after_id=10, name="lr-?"), "jobs_live"),
     ],
 )
 def test_every_listing_query_walks_an_index(store: Store, filters: dict, index: str) -> None:

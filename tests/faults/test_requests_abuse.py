@@ -48,7 +48,7 @@ BAD_VALUES: list[object] = [
 # op -> the arguments a valid request needs besides the one under test
 OPS: dict[str, tuple[dict[str, object], list[str]]] = {
     "status": ({}, ["fresh_loaders"]),
-    "jobs": ({}, ["states", "group", "ids", "limit", "usage"]),
+    "jobs": ({}, ["states", "group", "name", "ids", "limit", "usage"]),
     "show": ({"job": 1}, ["job", "env"]),
     "cancel": ({"jobs": [1]}, ["jobs", "grace"]),
     "hold": ({"jobs": [1]}, ["jobs"]),

@@ -22,9 +22,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gpudesk.core.jobs import DEFAULT_CANCEL_GRACE_S, MAX_AFTER, PRIORITY_RANGE
-from gpudesk.core.protocol import MAX_LISTING_IDS, MAX_ROW_ID
+from gpudesk.core.name_pattern import MAX_NAME_PATTERN, name_pattern_refusal
+from gpudesk.core.protocol import INVALID_ARGS, MAX_LISTING_IDS, MAX_ROW_ID, ProtocolError
 from gpudesk.core.wire.base import JobStateName
-from gpudesk.text import safe_text
+from gpudesk.text import is_text, safe_text
 
 MAX_JOBS_PER_REQUEST = 10_000
 MAX_CANCEL_GRACE_S = 3600.0
@@ -146,10 +147,22 @@ class SubmitArgs(OpArgs, frozen=True):
 
 
 class JobsArgs(OpArgs, frozen=True):
-    """`jobs`: a page of the listing (docs/protocol.md says how the cursors combine)."""
+    """`jobs`: a page of the listing (docs/protocol.md says how the cursors combine); `name`:
+    only the jobs whose name matches this shell pattern (core.name_pattern). An engine from
+    before `name` ignores it and lists every job; `gpudesk cancel --name` checks each it picks."""
 
     states: list[JobStateName] | None = None
     group: str | None = None
+    name: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                max_length=MAX_NAME_PATTERN,
+                extra=_why(f"must be a name pattern of at most {MAX_NAME_PATTERN} characters"),
+            ),
+        ]
+        | None
+    ) = None
     ids: (
         Annotated[
             list[JobId],
@@ -174,6 +187,14 @@ class JobsArgs(OpArgs, frozen=True):
     archived: bool = False
     count: bool = False
 
+    def text_problem(self) -> str | None:
+        """Why `group` or `name` is not text the store can be asked for; None where both are
+        (their types and lengths were checked as they were decoded)."""
+        if self.group is not None and not is_text(self.group):
+            return "'group' must be a string (UTF-8 text)"
+        refusal = None if self.name is None else name_pattern_refusal(self.name)
+        return None if refusal is None else f"'name': {refusal}"
+
 
 class ShowArgs(OpArgs, frozen=True):
     job: JobRef
@@ -191,6 +212,18 @@ class LogArgs(OpArgs, frozen=True):
         int,
         msgspec.Meta(ge=0, le=LOG_PIECE_BYTES, extra=_why(f"must be from 0 to {LOG_PIECE_BYTES}")),
     ] = LOG_PIECE_BYTES
+
+    def attempt_of(self, job_id: int, attempts: int) -> int:
+        """The attempt to read (default: the latest) of job `job_id`, which has had `attempts`:
+        the fields' types and bounds were checked as they were decoded, the attempt is checked
+        against the job's here (ProtocolError, invalid_args)."""
+        if attempts == 0:
+            raise ProtocolError(INVALID_ARGS, f"job {job_id} has not started yet")
+        if self.attempt is not None and self.attempt > attempts:
+            raise ProtocolError(
+                INVALID_ARGS, f"'attempt': job {job_id} has attempts 1 to {attempts}"
+            )
+        return attempts if self.attempt is None else self.attempt
 
 
 class JobRefsArgs(OpArgs, frozen=True):

@@ -25,7 +25,7 @@ from gpudesk.engine.backends.base import JobsView, OwnerRead
 from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.offloop import Later
 from gpudesk.engine.requests.common import Handler, Requests, user_arg
-from gpudesk.text import ends_in_c1_lead, is_text, printable_bytes
+from gpudesk.text import ends_in_c1_lead, printable_bytes
 from gpudesk.trust import UntrustedFileError
 
 
@@ -48,8 +48,8 @@ class ListingRequests(Requests):
         when named by `ids`."""
         states = None if args.states is None else [JobState(s) for s in args.states]
         group, ids, limit = args.group, args.ids, args.limit
-        if group is not None and not is_text(group):
-            raise ProtocolError(protocol.INVALID_ARGS, "'group' must be a string (UTF-8 text)")
+        if (problem := args.text_problem()) is not None:  # the group's and the name's
+            raise ProtocolError(protocol.INVALID_ARGS, problem)
         cursors = {
             key: value
             for key, value in (("after_id", args.after_id), ("before_id", args.before_id))
@@ -67,6 +67,7 @@ class ListingRequests(Requests):
             limit=min(limit or protocol.JOBS_PAGE_CAP, protocol.JOBS_PAGE_CAP),
             states=states,
             group=group,
+            name=args.name,
             ids=ids,
             owner_uid=owner,
             after_id=cursors.get("after_id"),
@@ -214,7 +215,7 @@ class ListingRequests(Requests):
         refusal = parts.access.job_refusal(caller, job, "read the logs of")
         if refusal:
             raise ProtocolError(protocol.REFUSED, refusal)
-        number, offset, limit = _log_range(args, job)
+        number, offset, limit = args.attempt_of(job.id, job.attempts), args.offset, args.max_bytes
         place = parts.control.backends.for_job(job).log(job, number)
         spelled_out = caller.uid != job.owner.uid
 
@@ -276,17 +277,3 @@ def unsaved_reply(reply: JobView, live: LiveAttempt) -> JobView:
         pgid=None,
         remaining=None,
     )
-
-
-def _log_range(args: LogArgs, job: JobRecord) -> tuple[int, int, int]:
-    """`log`'s attempt (default: the latest), stream position and byte limit: LogArgs checked
-    their types and bounds; the attempt is checked against the job's."""
-    number = job.attempts if args.attempt is None else args.attempt
-    if job.attempts == 0:
-        raise ProtocolError(protocol.INVALID_ARGS, f"job {job.id} has not started yet")
-    if number > job.attempts:
-        raise ProtocolError(
-            protocol.INVALID_ARGS,
-            f"'attempt': job {job.id} has attempts 1 to {job.attempts}",
-        )
-    return number, args.offset, args.max_bytes

@@ -14,6 +14,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -225,4 +226,5 @@ def _connect(path: str | Path) -> sqlite3.Connection:
     # NORMAL in WAL mode survives a process crash; only an OS crash can lose the last commit.
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
+    conn.create_function("fnmatchcase", 2, fnmatchcase, deterministic=True)  # listing.py's
     return conn

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpudesk.core.jobs import JobState
+from gpudesk.core.name_pattern import sqlite_glob
 from gpudesk.core.records import JobRecord
 from gpudesk.engine.store.connection import StoreConnection
 from gpudesk.engine.store.records import read_job
@@ -108,6 +109,7 @@ def _page_query(
     before_id: int | None = None,
     newest: bool = False,
     archived: bool = False,
+    name: str | None = None,
 ) -> _PageQuery | None:
     """The SQL of a page (None: nothing can match)."""
     clauses: list[str] = []
@@ -141,6 +143,10 @@ def _page_query(
     if group is not None:
         clauses.append("grp = ?")
         params.append(group)
+    if name is not None:  # GLOB in C; fnmatchcase (connection.py) only where it is not exact
+        glob, exact = sqlite_glob(name)
+        clauses.append("name GLOB ?" if exact else "name GLOB ? AND fnmatchcase(name, ?)")
+        params += [glob] if exact else [glob, name]
     if ids is not None:
         wanted = sorted(set(ids))
         if not wanted:
@@ -184,14 +190,16 @@ class JobListing(StoreConnection):
         newest: bool = False,
         archived: bool = False,
         count: bool = False,
+        name: str | None = None,
     ) -> JobPage:
         """At most `limit` jobs matching the filters, in id order: the first after `after_id`
         (default: from the oldest), or with `before_id` or `newest` the newest before it
         (default: from the newest), handed back oldest first. Archived jobs only with
-        `archived` (or when named by `ids`). With `count`, `total` counts every matching row:
-        an index-only count, yet 10-20 ms over 100,000 rows here, so only when asked."""
+        `archived` (or when named by `ids`); `name`: those whose name matches it
+        (core.name_pattern). With `count`, `total` counts every matching row: an index-only
+        count, yet 10-20 ms over 100,000 rows here, so only when asked."""
         query = _page_query(
-            limit, states, group, ids, owner_uid, after_id, before_id, newest, archived
+            limit, states, group, ids, owner_uid, after_id, before_id, newest, archived, name
         )
         if query is None:
             return JobPage([], False, None, 0 if count else None)
