@@ -425,7 +425,7 @@ def submit_profile(
         else:
             wait(ids)
         if cache is None:
-            cache = SelectionCache(state_home(client.home, client).selection_dir)
+            cache = SelectionCache.used_with(state_home(client.home, client))
         for result in record_prepasses(client, ids, cache):
             outcome.prepasses.append(result)
             if on_step is not None:

@@ -531,7 +531,7 @@ def _submit_run(
         group=group,
         wait=follow,
         on_step=note,
-        cache=SelectionCache(state_home(client.home, client).selection_dir),
+        cache=SelectionCache.used_with(state_home(client.home, client)),
         cluster=cluster,
         apply_station=apply_station,
         how_to_apply=how_to_apply,

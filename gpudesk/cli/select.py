@@ -28,17 +28,18 @@ LIST_HINT = "gpudesk select list shows it"
 
 
 def _cache() -> Any:
-    """The selection cache of this home; a station's, in the state folder its engine names."""
+    """The selection cache this command uses (SelectionCache.used_with): its home's; on a
+    station root's in the state folder its engine names, a member's in her own gpudesk home."""
     from gpudesk.api.state_home import state_home
     from gpudesk.cli.common import current_home
     from gpudesk.selection.cache import SelectionCache
 
-    return SelectionCache(state_home(current_home()).selection_dir)
+    return SelectionCache.used_with(state_home(current_home()))
 
 
 def _not_written(cache: Any, exc: OSError) -> NoReturn:
-    """A cache this command could not change: one paragraph, exit 1. On a shared station it is
-    the station's, in its state folder, root's: a member can change nothing there."""
+    """A cache this command could not change: one paragraph, exit 1. A member's on a shared
+    station is in her own gpudesk home: say where that is found and how to move it."""
     from gpudesk.cli.common import current_home
 
     # a name relative to the cache (rmtree's, by its folder's descriptor), or one in it or on its
@@ -52,9 +53,11 @@ def _not_written(cache: Any, exc: OSError) -> NoReturn:
     said = f"the selection cache {printable_line(str(cache.root))} could not be changed: {where}: "
     said += exc.strerror or str(exc)
     if current_home().is_system and os.geteuid() != 0:
+        # GPUDESK_HOME, not named as a remedy: without GPUDESK_SOCKET it leaves the station
         said += (
-            ". It is the shared station's, in its state folder, and root's: on a station only "
-            "root's commands and jobs cache selections; a member's are not cached yet "
+            ". On a shared station each member's selections are cached in her own gpudesk home "
+            "($XDG_STATE_HOME/gpudesk, else ~/.local/state/gpudesk; GPUDESK_HOME where set): "
+            "make that folder yours and writable, or set XDG_STATE_HOME to a folder of yours "
             '(docs/shared-station.md, "The selection cache on a station")'
         )
     fail(said, EXIT_FAILED)
@@ -223,7 +226,7 @@ def run_command(
         )
     except PresetError as exc:
         fail(str(exc), EXIT_FAILED)
-    except OSError as exc:  # the cache could not be written (a station's is root's)
+    except OSError as exc:  # the cache could not be written (a home on a read-only disk)
         _not_written(cache, exc)
     _report_problems(cache)
     about = selection.describe()

@@ -160,7 +160,7 @@ def select_data(config: ProducerConfig, home: Home, dataset: Any) -> tuple[Any, 
             raise LoaderError(
                 f"the selection target {config.target} failed: {type(exc).__name__}: {exc}"
             ) from None
-    cache = SelectionCache(home.selection_dir)
+    cache = SelectionCache.used_with(home)
     try:
         chosen = select(
             dataset,

@@ -3,7 +3,9 @@ the method's ordering of the samples (and the labels, for per-class quotas), wha
 cost, notes the method reports (e.g. a proxy's accuracy, dedup's near-duplicate count), and
 which jobs reused it.
 
-Layout under `$GPUDESK_HOME/selection/`::
+Which cache a process uses is `SelectionCache.used_with`'s rule: its engine's home's; on a
+shared station, root's in the station's state folder, each member's in her own gpudesk home.
+Layout under that folder (`$GPUDESK_HOME/selection/`)::
 
     <key>/order.npy       int64 ordering, most wanted first
     <key>/labels.npy      int64 labels (stratified and scored methods: per-class quotas)
@@ -34,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from gpudesk.paths import Home, default_home, resolve_home
 
 ARRAYS = ("order", "labels", "duplicates")
 META = "meta.json"
@@ -107,6 +111,23 @@ class SelectionCache:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.problems: list[str] = []  # corrupt entries found (for the caller to report)
+
+    @classmethod
+    def used_with(cls, home: Home) -> SelectionCache:
+        """The cache this process uses with `home`'s engine (a station's `home` as
+        api.state_home found it): the one rule for every command, job and shared loader.
+        A personal engine's home's. On a station, root's (an admin's commands, root's jobs) is
+        the station's, in its state folder; a member's is in her own gpudesk home (GPUDESK_HOME,
+        else $XDG_STATE_HOME/gpudesk or ~/.local/state/gpudesk): root never reads a folder a
+        member controls, and a member never writes root's. Her jobs start from her shell's
+        environment, so a pre-pass job finds the folder her `gpudesk` did; a producer the engine
+        runs as her has HOME from the password database (and the state folder as GPUDESK_HOME,
+        which is no home of hers). No cache is shared between members: an entry one member can
+        change would change the data another's job trains on."""
+        if not home.is_system or os.geteuid() == 0:
+            return cls(home.selection_dir)
+        own = resolve_home()
+        return cls(Home(default_home() if own == home.root else own).selection_dir)
 
     def _dir(self, key: str) -> Path:
         return self.root / key

@@ -1,19 +1,24 @@
 """A station started with another `--state-dir` than /var/lib/gpudesk (make_station keeps its
 state in a temporary folder): its clients find the station's files where its engine keeps them,
-learned from the engine (its `ping` names its state folder), never in the default folder. Real
-users, a real system engine and the real CLI, run as root (the station's selection cache is
-root's) and as a member (root only)."""
+learned from the engine (its `ping` names its state folder), never in the default folder; a
+member's selection cache is her own, in her gpudesk home (SelectionCache.used_with). Real users,
+a real system engine and the real CLI, run as root (the station's selection cache is root's) and
+as a member (root only)."""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
+import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 from station_fixture import Station
 
 from gpudesk.paths import SYSTEM_STATE_DIR
+from gpudesk.profile import load_profile
 from gpudesk.selection.apply import select
 from gpudesk.selection.cache import SelectionCache
 from gpudesk.workloads.data import make_digits
@@ -81,24 +86,123 @@ def test_an_output_file_is_refused_in_the_state_folder_its_engine_names(
     assert not target.exists()
 
 
-def test_a_member_is_told_the_stations_selection_cache_is_roots(user_station: Station) -> None:
-    """A member's pre-pass on the station cannot cache its selection in the station's folder
-    (root's): one paragraph naming that folder, exit 1, where a PermissionError's traceback
-    named /var/lib/gpudesk; `select list` skips root's entry without calling it damaged and
-    moved aside, and `select clear` leaves it, in one paragraph too."""
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (root's cache), by its path there, with its bytes."""
+    return {str(f.relative_to(folder)): f.read_bytes() for f in folder.rglob("*") if f.is_file()}
+
+
+def _member_cache(station: Station, role: str) -> Path:
+    """A member's own selection cache on the station: in her personal gpudesk home, the XDG
+    default under the HOME her login gets (runuser gives the password database's)."""
+    home = Path(pwd.getpwnam(station.users[role].name).pw_dir)
+    return home / ".local" / "state" / "gpudesk" / "selection"
+
+
+def test_a_members_selections_are_cached_in_her_own_home(user_station: Station) -> None:
+    """A member's `select run` on the station caches in her own gpudesk home (hers, each entry
+    0700), a second run reuses it, `select list` and `clear` see hers alone; root's cache is
+    neither read nor changed. Before, her run failed: it wrote root's, in the state folder."""
     station = user_station
     key = _cached(station)
-    folder = str(station.state_dir / "selection")
-    for argv in ((*PREPASS, "--seed", "1"), ("select", "clear")):
-        done = station.gpudesk_as("ada", *argv)
-        said = done.stderr
-        assert done.returncode == 1, done.stdout + said
-        assert said.startswith(f"error: the selection cache {folder} could not be changed"), said
-        assert "the shared station's" in said and "Traceback" not in said, said
-        assert str(SYSTEM_STATE_DIR) not in said and len(said.strip().splitlines()) == 1, said
+    roots = station.state_dir / "selection"
+    before = _files(roots)
+    mine, ada = _member_cache(station, "ada"), station.users["ada"]
+    for reused in (False, True):
+        done = station.gpudesk_as("ada", *PREPASS, "--seed", "0")
+        assert done.returncode == 0, done.stdout + done.stderr
+        result = json.loads(done.stdout)
+        # the key root's entry has: the same selection, computed again rather than read there
+        assert (result["key"], result["reused"]) == (key, reused), done.stdout
+    st = os.lstat(mine / key)
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (ada.uid, 0o700), oct(st.st_mode)
     listed = station.gpudesk_as("ada", "select", "list", "--json")
     assert listed.returncode == 0, listed.stderr
-    assert json.loads(listed.stdout)["entries"] == []
-    assert f"entry {key} cannot be read: Permission denied" in listed.stderr, listed.stderr
-    assert "damaged" not in listed.stderr
-    assert (station.state_dir / "selection" / key).is_dir()
+    assert key in [e["key"] for e in json.loads(listed.stdout)["entries"]], listed.stdout
+    assert "cannot be read" not in listed.stderr, listed.stderr
+    cleared = station.gpudesk_as("ada", "select", "clear")
+    assert cleared.returncode == 0, cleared.stdout + cleared.stderr
+    assert not (mine / key).exists()
+    assert _files(roots) == before and (roots / key).is_dir()
+    # root's commands keep the station's: they never look in a member's folder
+    listed = _as_root(station, "select", "list", "--json")
+    assert [e["key"] for e in json.loads(listed.stdout)["entries"]] == [key], listed.stdout
+
+
+def test_a_member_whose_own_cache_cannot_be_written_is_told_how_to_move_it(
+    user_station: Station,
+) -> None:
+    """Her cache in a folder she cannot write (XDG_STATE_HOME=/): one paragraph naming it and
+    XDG_STATE_HOME, exit 1, no traceback; nothing is written in root's cache instead."""
+    station = user_station
+    roots = station.state_dir / "selection"
+    before = _files(roots) if roots.exists() else {}
+    done = station.gpudesk_as("ada", *PREPASS, "--seed", "2", env=["XDG_STATE_HOME=/"])
+    said = done.stderr
+    assert done.returncode == 1, done.stdout + said
+    assert said.startswith("error: the selection cache /gpudesk/selection could not be"), said
+    assert "set XDG_STATE_HOME to a folder of yours" in said and "Traceback" not in said, said
+    assert len(said.strip().splitlines()) == 1, said
+    assert (_files(roots) if roots.exists() else {}) == before
+
+
+# A profile whose training job reads its dataset's 25 % random selection through the station's
+# shared loader (no fallback: the producer must serve it) and prints the ids it read.
+PROFILE = """
+name = "member-selection"
+[datasets.syn]
+factory = "gpudesk.workloads.synthetic:make_dataset"
+args = {{ size = 48, shape = [4] }}
+batch_size = 8
+workers = 0
+selection = "random-25"
+[[jobs]]
+name = "train"
+dataset = "syn"
+max_attempts = 1
+command = [{python}, "-c", {script}]
+"""
+READER = (
+    "import json; from gpudesk.loader import SharedLoader; "
+    "ids = [i for (x, y), ii in SharedLoader('syn', with_ids=True, fallback=False) "
+    "for i in ii.tolist()]; print(json.dumps({'ids': sorted(ids)}))"
+)
+
+
+def test_a_members_run_of_a_profile_with_a_selection_caches_it_in_her_home(
+    user_station: Station,
+) -> None:
+    """A member's `gpudesk run` of a profile with a `selection`: its pre-pass job runs as her
+    and caches in her own home, her client records the job's cost there, the training job is
+    submitted and reads the selection from her producer (which runs as her, its HOME from the
+    password database, and reuses her entry); root's cache is untouched. Before, the pre-pass
+    failed on root's folder and no training job was submitted."""
+    station = user_station
+    ada = station.users["ada"]
+    folder = station.state_dir.parent / "ada-profile"  # her jobs run here: 0755, as its parent
+    folder.mkdir(mode=0o755, exist_ok=True)
+    profile = folder / "sel.toml"
+    profile.write_text(PROFILE.format(python=json.dumps(station.python), script=json.dumps(READER)))
+    profile.chmod(0o644)
+    # an admin registers a station's datasets (its producer runs code); a member repeats them
+    specs = [d.loader.to_dict() for d in load_profile(profile).datasets.values() if d.loader]
+    station.ok(None, "datasets", datasets=specs)
+    roots = station.state_dir / "selection"
+    before = _files(roots) if roots.exists() else {}
+
+    done = station.gpudesk_as("ada", "run", str(profile))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    jobs = {j["name"]: j for j in station.ok(None, "jobs")["jobs"]}
+    prepass, train = jobs["prepass-syn-random-25"], jobs["train"]
+    assert prepass["user"] == train["user"] == ada.name, (prepass, train)
+    assert (prepass["state"], train["state"]) == ("succeeded", "succeeded"), (prepass, train)
+    read = Path(train["log"]).read_text()
+    assert len(json.loads(read.splitlines()[-1])["ids"]) == 12, read  # 25 % of 48
+    [entry] = [
+        e
+        for e in SelectionCache(_member_cache(station, "ada")).entries()
+        if e.method == "random" and len(e.order) == 48
+    ]
+    assert entry.cost.job == prepass["id"]  # recorded by her client, in her cache
+    assert entry.training_uses == 1, entry.reused_by  # her producer served it from there
+    assert (_files(roots) if roots.exists() else {}) == before

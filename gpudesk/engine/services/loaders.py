@@ -285,11 +285,9 @@ class LoaderSupervisor:
         # the station's group: the one root gave the socket folder (`Home.ensure`)
         group = os.lstat(home.socket_dir).st_gid
         prepare_folder(home, spec.name, who, group, spec.share)
-        extra = {
-            "GPUDESK_HOME": str(home.root),
-            "GPUDESK_SOCKET": str(home.system_socket),
-            **ours,
-        }
+        # no GPUDESK_HOME: the state folder is root's, no home of the owner's (her selection
+        # cache is in hers: SelectionCache.used_with)
+        extra = {"GPUDESK_SOCKET": str(home.system_socket), **ours}
         if os.environ.get(ENV_STAGING):  # the engine's own setting (root's service), not hers
             extra[ENV_STAGING] = os.environ[ENV_STAGING]
         return {
