@@ -121,9 +121,9 @@ class SelectionCache:
         else $XDG_STATE_HOME/gpudesk or ~/.local/state/gpudesk): root never reads a folder a
         member controls, and a member never writes root's. Her jobs start from her shell's
         environment, so a pre-pass job finds the folder her `gpudesk` did; a producer the engine
-        runs as her has HOME from the password database (and the state folder as GPUDESK_HOME,
-        which is no home of hers). No cache is shared between members: an entry one member can
-        change would change the data another's job trains on."""
+        runs as her has HOME from the password database (a GPUDESK_HOME naming the state folder,
+        no home of hers, is passed over). No cache is shared between members: an entry one
+        member can change would change the data another's job trains on."""
         if not home.is_system or os.geteuid() == 0:
             return cls(home.selection_dir)
         own = resolve_home()
