@@ -79,6 +79,9 @@ from gpudesk.paths import Home, UnsafePath
 
 POLL_MS = 200  # while waiting for a batch, the producer's process is checked this often
 START_WAIT_S = 60.0  # how long a job started with its producer waits for it to come up
+# A live producer that sends nothing for this long is said to (once a wait): a batch may take
+# that long to make, so it is a note, not an error; a script waiting silently for ever is worse.
+STALL_NOTE_S = 120.0
 
 
 class SharedLoader:
@@ -329,10 +332,14 @@ class SharedLoader:
         sock = self._socket
         assert sock is not None
         self._flush_release()
+        since, noted = time.monotonic(), False
         while not sock.poll(POLL_MS):
             self._check_producer()
             sock = self._socket
             assert sock is not None
+            if not noted and time.monotonic() - since >= STALL_NOTE_S:
+                noted = True
+                self._note_stall(epoch, time.monotonic() - since)
         message = decode(sock.recv())
         kind = message["type"]
         if kind == "bye":
@@ -425,6 +432,19 @@ class SharedLoader:
                 self._socket.send(encode("release", slots=self._release))
             self._held.difference_update(self._release)
             self._release = []
+
+    def _note_stall(self, epoch: int, waited: float) -> None:
+        """Say what this consumer waits for from a live producer that has sent it nothing."""
+        have = len(self._received[epoch])
+        print(
+            f"the shared loader {self.name!r}: nothing from its producer (pid "
+            f"{self.producer_pid}, alive) for {waited:.0f} s; this consumer waits for "
+            f"{self.per_epoch - have} more of the {self.per_epoch} batches of the producer's "
+            f"epoch {epoch}. A batch may take that long to make; else `gpudesk loader status "
+            f"{self.name}` shows what the producer does (its consumers, what each lacks)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     # ----------------------------------------------------------------- failures
     def _check_producer(self) -> None:

@@ -543,9 +543,21 @@ class Producer:
         consumer.held.clear()
         self.table.unpin_all(consumer.ident)
         self.consumers.pop(consumer.ident, None)
-        wanted = {k for c in self.consumers.values() for k in c.ordered}
-        self.plan.makeups = deque(k for k in self.plan.makeups if k in wanted)
+        self._cancel_makeups()
         log.info("loader %s: consumer pid %d left (%s)", self.config.name, consumer.pid, why)
+
+    def _cancel_makeups(self) -> None:
+        """Make-ups that no consumer left ordered are not made. A consumer that lacks one too
+        did not order it: it was coming (`_passed`), so it is missing to it again, to order at
+        its own pace; else it would wait for ever for a batch nobody makes (a consumer that
+        joined, or resumed, while one that left had its make-ups queued)."""
+        wanted = {k for c in self.consumers.values() for k in c.ordered}
+        cancelled = [k for k in self.plan.makeups if k not in wanted]
+        self.plan.makeups = deque(k for k in self.plan.makeups if k in wanted)
+        for consumer in self.consumers.values():
+            consumer.missing.update(
+                k for k in cancelled if k[0] == consumer.epoch and not consumer.has(k)
+            )
 
     # ----------------------------------------------------------------- status
     def status(self) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from conftest import wait_for
 from loader_consumer import consume
 
 from gpudesk.loader import LoaderError, SharedLoader, staging
+from gpudesk.loader import consumer as shared_consumer
 from gpudesk.loader.protocol import EXIT_FINAL, read_info
 from gpudesk.loader.status import collect
 from gpudesk.paths import Home
@@ -728,6 +729,95 @@ def test_a_killed_consumer_releases_its_slots_and_the_others_go_on(
     assert producer.status()["slots_used"] == 0
     assert producer.stop() == 0
     assert_no_new_shm(shm_before, {producer.pid, victim.pid, os.getpid()})
+
+
+@pytest.mark.slow(12)
+def test_make_ups_queued_for_a_consumer_that_leaves_are_made_for_one_that_lacks_them(
+    loaders: Loaders, home: Home
+) -> None:
+    """A consumer that joined mid-epoch lacks what the stream passed; what of it was queued as
+    another's make-ups it does not order itself (it is coming). When that other one leaves
+    before they are made, they are its own to order: it once waited for ever for them (seen
+    as a resumed loader hanging: the consumer its constructor made left as it resumed)."""
+    size, batch = 96, 8  # 12 batches an epoch
+    settings: dict[str, Any] = {"size": size, "batch": batch, "cost_ms": 30.0}  # 0.24 s a batch
+
+    def loader(batch_size: int = batch) -> SharedLoader:
+        return SharedLoader("syn", batch_size, with_ids=True, fallback=False, home=home.root)
+
+    # The stream some way into epoch 0, then the producer killed and restarted: the new one
+    # goes on from there with an empty ring, so what the stream passed is made again for
+    # whoever joins, as make-ups, a few at a time (as many as it has room for).
+    first = loaders.serve(**settings)
+    with loader() as reader:
+        for count, _ in enumerate(reader, 1):
+            if count == 6:
+                break
+    info_path = home.loader_paths("syn")[2]
+    wait_for(lambda: tuple((read_info(info_path) or {}).get("stream_next", ())) >= (0, 6), 10)
+    first.kill()
+    loaders.serve(**settings)
+    # Batches of 3 slots: room for 4 make-ups at once, queued. Made one a pull, turn about with
+    # the stream, they are still queued when the joiner says hello and when the other leaves.
+    other = loader(3 * batch)
+    joiner = loader()
+    other.close()
+
+    ids: list[int] = []
+
+    def read_epoch() -> None:
+        for _, batch_ids in joiner:
+            ids.extend(batch_ids.tolist())
+
+    reading = threading.Thread(target=read_epoch, daemon=True)
+    reading.start()
+    reading.join(30)
+    assert not reading.is_alive(), f"the joiner waits for ever, {len(ids)} of {size} samples in"
+    assert_exactly_once(ids, size, "the joiner's epoch")
+    joiner.close()
+
+
+@pytest.mark.slow(5)
+def test_a_consumer_says_what_it_waits_for_when_its_live_producer_sends_nothing(
+    loaders: Loaders,
+    home: Home,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A producer that lives and sends nothing (here: stopped) does not leave the script waiting
+    silently: after STALL_NOTE_S (120 s; 1 s here) it says once what it waits for. It is a note,
+    not an error (a batch may take that long): the producer going on, it reads on."""
+    monkeypatch.setattr(shared_consumer, "STALL_NOTE_S", 1.0)
+    size = 64
+    producer = loaders.serve(size=size, batch=8)
+    loader = SharedLoader("syn", with_ids=True, fallback=False, home=home.root)
+    os.kill(producer.pid, signal.SIGSTOP)
+    ids: list[int] = []
+
+    def read_epoch() -> None:
+        for _, batch_ids in loader:
+            ids.extend(batch_ids.tolist())
+
+    reading = threading.Thread(target=read_epoch, daemon=True)
+    said: list[str] = []
+    try:
+        reading.start()
+        wait_for(
+            lambda: said.append(capfd.readouterr().err) or "from its producer" in "".join(said),
+            15,
+            what="the consumer's note",
+        )
+    finally:
+        os.kill(producer.pid, signal.SIGCONT)
+    reading.join(15)
+    assert not reading.is_alive()
+    assert_exactly_once(ids, size, "the epoch read across the stall")
+    loader.close()
+    note = "".join(said) + capfd.readouterr().err
+    assert note.count("from its producer") == 1, note
+    assert f"nothing from its producer (pid {producer.pid}, alive) for 1 s" in note, note
+    assert "of the 8 batches of the producer's epoch 0" in note
+    assert "`gpudesk loader status syn`" in note
 
 
 @pytest.mark.slow(15)
