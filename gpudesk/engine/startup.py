@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpudesk import diskspace
-from gpudesk.core.lost_database import job_folders, lost_database
+from gpudesk.core.lost_database import damaged_text, job_folders, lost_database
 from gpudesk.core.station import StationConfig
-from gpudesk.engine.store.damage import damaged_text
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.schema import IncompatibleStore, StoreError
 from gpudesk.home_lock import EXIT_BAD_HOME
@@ -65,7 +64,7 @@ def stopped_on(exc: Exception, home: Home) -> int:
         log.error("%s", diskspace.start_text(home.root))
         return diskspace.EXIT_DISK_FULL
     if is_damage(exc):
-        # a damaged page past the header, met by a query after the open (store/damage.py)
+        # a damaged page past the header, met by a query after the open (core/lost_database.py)
         detail = f"cannot read the gpudesk database {home.db}: {exc}"
         log.error("%s", damaged_text(home.db, home.root, detail))
         return EXIT_BAD_HOME

@@ -23,6 +23,7 @@ from gpudesk.api.errors import EngineError
 from gpudesk.core.jobs import JobState
 from gpudesk.core.name_pattern import MAX_NAME_PATTERN
 from gpudesk.engine.store.database import Store
+from gpudesk.engine.store.listing import SLICE_IDS
 from gpudesk.paths import Home
 
 OTHER_UID = 54_321  # a second owner (no such user need exist: the store keeps uids)
@@ -163,3 +164,54 @@ def test_an_absent_name_lists_every_job(home: Home, engine: EngineHandle) -> Non
     ids = engine.submit({"name": "a", "command": ["true"]}, {"name": "b", "command": ["true"]})
     assert [j["id"] for j in engine.client.request("jobs")["jobs"]] == ids
     assert engine.client.request("jobs", name=None, count=True)["total"] == 2
+
+
+@pytest.fixture(scope="module")
+def wide_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Ids over three of a named listing's slices (SLICE_IDS): 25,000 jobs, every 997th
+    `sweep-ID` (one `sweep-[ID]`, whose set fnmatchcase decides), a run of them archived."""
+    path: Path = tmp_path_factory.mktemp("wide") / "gpudesk.db"
+    Store.open(path).close()
+    fill_jobs(path, finished=24_990)
+    fill_jobs(path, queued=10)
+    with closing(sqlite3.connect(str(path), isolation_level=None)) as conn:
+        named = "UPDATE jobs SET name = {0}, spec = json_set(spec, '$.name', {0}) WHERE id"
+        conn.execute(named.format("'sweep-' || id") + " % 997 = 0")
+        conn.execute(named.format("'sweep-[2]'") + " = 12345")
+        conn.execute("UPDATE jobs SET archived = 1 WHERE id BETWEEN 9000 AND 11000")
+    return path
+
+
+def steps(work: Iterator[None]) -> int:
+    """How many times a generator yields (each a turn of the engine's loop) before it ends."""
+    return sum(1 for _ in work)
+
+
+@pytest.mark.parametrize("pattern", ["sweep-*", "*-[!a-]*"])
+def test_a_named_listing_goes_a_slice_of_ids_a_turn_and_misses_nothing(
+    wide_path: Path, pattern: str
+) -> None:
+    assert SLICE_IDS < 25_000 // 2, "the store spans three slices at least"
+    with closing(Store.open(wide_path)) as store:
+        want = expected(store, pattern)
+        assert len(want) == 24 and 12_345 in want  # 25 sweeps, 2 of them archived, and [2]
+        for newest in (False, True):
+            for limit in (1, 4, 500):
+                assert walk(store, limit, newest, name=pattern) == want
+        # a page alone stops where it fills; a count reads every slice, one a turn
+        assert steps(store.jobs_page_in_slices(limit=500, name=pattern, count=True)) == 2
+        assert steps(store.jobs_page_in_slices(limit=1, name=pattern, newest=True)) == 0
+        assert steps(store.jobs_page_in_slices(limit=500, count=True)) == 0  # no name: at once
+        page = store.jobs_page(limit=5, name=pattern, before_id=want[-3], count=True)
+        assert [j.id for j in page.jobs] == want[-8:-3] and page.total == 24
+        assert page.more and page.cursor == want[-8]
+
+
+def test_a_named_request_over_many_slices_is_answered_whole(
+    home: Home, engine: EngineHandle
+) -> None:
+    fill_jobs(home.db, finished=21_000, name="old")
+    ids = engine.submit({"name": "new-1", "command": ["true"]}, {"name": "x", "command": ["true"]})
+    reply = engine.client.request("jobs", name="[no]*", count=True, limit=3)
+    assert [j["id"] for j in reply["jobs"]] == [ids[0] - 2, ids[0] - 1, ids[0]]
+    assert reply["total"] == 21_001 and reply["more"] and reply["before_id"] == ids[0] - 2

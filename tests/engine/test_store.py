@@ -55,6 +55,23 @@ def test_a_version_1_store_migrates_and_keeps_its_jobs(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_version_22_store_gets_the_names_in_its_listing_index(tmp_path: Path) -> None:
+    older = Store.open(tmp_path / "db")
+    first = older.submit([spec("lr-1"), spec("lr-2"), spec("other")])
+    older._conn.executescript(  # the store as schema 22 left it
+        "DROP INDEX jobs_unarchived; CREATE INDEX jobs_unarchived ON jobs (id) WHERE archived = 0;"
+        "PRAGMA user_version = 22;"
+    )
+    older.close()
+    store = Store.open(tmp_path / "db")
+    assert store.schema_version == SCHEMA_VERSION
+    index = store._conn.execute("PRAGMA index_info(jobs_unarchived)")
+    assert [row["name"] for row in index] == ["id", "name"]
+    page = store.jobs_page(limit=10, name="lr-*", count=True)
+    assert [job.id for job in page.jobs] == [job.id for job in first[:2]] and page.total == 2
+    store.close()
+
+
 def test_usage_and_series_round_trip(store: Store, tmp_path: Path) -> None:
     (job,) = store.submit([JobSpec(name="u", command=("true",))])
     first = store.start_attempt(job.id, {"slot": "gpu:0"}, tmp_path / "jobs")

@@ -88,6 +88,32 @@ def test_every_listing_query_walks_an_index(store: Store, filters: dict, index: 
     assert _walks_an_index(plan, index), plan
 
 
+def matches_names_in_the_index(store: Store, sql: str, params: Sequence[Any]) -> bool:
+    """Whether `sql`'s program (EXPLAIN) tests the name (GLOB) on an index's entry before it
+    reads any column of the jobs table: a row whose name does not match is never read."""
+    root = store._conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'jobs'")
+    table_page = root.fetchone()[0]
+    program = list(store._conn.execute(f"EXPLAIN {sql}", params))
+    table = {op["p1"] for op in program if op["opcode"] == "OpenRead" and op["p2"] == table_page}
+    for op in program:
+        if op["opcode"] == "Column" and op["p1"] in table:
+            return False
+        if op["opcode"] == "Function" and str(op["p4"]).startswith("glob"):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("name", ["sweep-*", "*[!-]", "lr-[0-9]?"])
+def test_a_named_page_and_count_match_names_in_the_listing_index(store: Store, name: str) -> None:
+    # queue --all --name: one slice of ids (store/listing.py SLICE_IDS), its page and its count
+    query = _page_query(limit=100, newest=True, name=name, id_range=(20_000, 30_000))
+    assert query is not None
+    for sql, params in (query.page_sql, query.page_params), (query.count_sql, query.count_params):
+        plan = query_plan(store, sql, params)
+        assert plan == ["SEARCH jobs USING INDEX jobs_unarchived (id>? AND id<?)"], plan
+        assert matches_names_in_the_index(store, sql, params), sql
+
+
 def test_choosing_what_to_archive_walks_its_index_in_end_order(store: Store) -> None:
     plan = query_plan(store, _DUE_FOR_ARCHIVE, (0.0, 1))  # the next batch
     assert _walks_an_index(plan, "jobs_to_archive"), plan

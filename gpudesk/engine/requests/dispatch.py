@@ -14,6 +14,7 @@ import msgspec
 from gpudesk import diskspace
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
+from gpudesk.core.lost_database import request_text
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.wire.requests import REQUEST_ARGS, ArgsError, decode_args
 from gpudesk.engine.backends.slurm import SubmitRefused
@@ -28,7 +29,6 @@ from gpudesk.engine.requests.model import ModelRequests
 from gpudesk.engine.requests.station import StationRequests
 from gpudesk.engine.requests.submission import SubmitRequests
 from gpudesk.engine.requests.telemetry import TelemetryRequests
-from gpudesk.engine.store.damage import request_text
 from gpudesk.engine.store.schema import UnknownJob
 from gpudesk.sqlite_file import is_damage
 
@@ -156,7 +156,7 @@ def _error_reply(request_id: Any, exc: BaseException) -> bytes:
     if isinstance(exc, (TimeoutError, SubmitRefused)):
         return protocol.encode_error(request_id, protocol.REFUSED, str(exc))
     log.error("request failed", exc_info=exc)
-    if is_damage(exc):  # a page of the database past its header (gpudesk.engine.store.damage)
+    if is_damage(exc):  # a page of the database past its header (gpudesk.core.lost_database)
         return protocol.encode_error(request_id, protocol.INTERNAL, request_text(str(exc)))
     return protocol.encode_error(
         request_id, protocol.INTERNAL, f"the engine failed on this request: {exc}"

@@ -7,7 +7,7 @@ attempts), each backend's read once for a page.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 
 import msgspec
 
@@ -23,7 +23,7 @@ from gpudesk.core.wire.jobs import ArrayTasksView, DamagedJob, JobDetail, JobLis
 from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
 from gpudesk.engine.backends.base import JobsView, OwnerRead
 from gpudesk.engine.live_attempt import LiveAttempt
-from gpudesk.engine.offloop import Later
+from gpudesk.engine.offloop import Later, NextTurn, in_turns
 from gpudesk.engine.requests.common import Handler, Requests, user_arg
 from gpudesk.text import ends_in_c1_lead, printable_bytes
 from gpudesk.trust import UntrustedFileError
@@ -39,13 +39,16 @@ class ListingRequests(Requests):
             "log": self.log,
         }
 
-    def jobs(self, args: JobsArgs, caller: Caller) -> JobList:
+    def jobs(self, args: JobsArgs, caller: Caller) -> JobList | NextTurn:
         """One page of jobs, oldest first, at most `limit` (and at most JOBS_PAGE_CAP): from
         the oldest, or after `after_id`; with `limit` alone the newest, or with `before_id` the
         newest before it. `more` says rows match beyond the page, and `after_id` or
         `before_id` where to go on; `total` (with `count`) how many match; `damaged` the rows
         skipped because the store cannot read them. Archived jobs only with `archived`, or
-        when named by `ids`."""
+        when named by `ids`. With a `name`, a slice of the ids a turn (store/listing.py)."""
+        return in_turns(self._jobs(args, caller))
+
+    def _jobs(self, args: JobsArgs, caller: Caller) -> Generator[None, None, JobList]:
         states = None if args.states is None else [JobState(s) for s in args.states]
         group, ids, limit = args.group, args.ids, args.limit
         if (problem := args.text_problem()) is not None:  # the group's and the name's
@@ -63,7 +66,7 @@ class ListingRequests(Requests):
         owner = user_arg(args.user)
         # newest first: with `before_id`, or with `limit` and no `after_id` (the newest N)
         descending = "before_id" in cursors or (limit is not None and "after_id" not in cursors)
-        page = self.parts.store.jobs_page(
+        page = yield from self.parts.store.jobs_page_in_slices(
             limit=min(limit or protocol.JOBS_PAGE_CAP, protocol.JOBS_PAGE_CAP),
             states=states,
             group=group,

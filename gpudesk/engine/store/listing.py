@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Generator, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.name_pattern import sqlite_glob
@@ -27,6 +27,7 @@ from gpudesk.engine.store.schema import FINISHED_JOBS_TERM, LIVE_JOBS_TERM, UNAR
 from gpudesk.text import safe_text
 
 log = logging.getLogger("gpudesk.engine")
+SLICE_IDS = 10_000  # a named listing's ids a turn: <= 20 ms here (benchmarks.md, "Session 54")
 
 LIVE_STATES = frozenset({JobState.QUEUED, JobState.RUNNING})
 FINISHED_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
@@ -110,8 +111,9 @@ def _page_query(
     newest: bool = False,
     archived: bool = False,
     name: str | None = None,
+    id_range: tuple[int, int] | None = None,
 ) -> _PageQuery | None:
-    """The SQL of a page (None: nothing can match)."""
+    """The SQL of a page (None: nothing can match), of the ids in `id_range` [low, high) only."""
     clauses: list[str] = []
     params: list[Any] = []
     # The index a page walks in id order, named: SQLite's planner, left to itself, takes
@@ -153,6 +155,9 @@ def _page_query(
             return None
         clauses.append(f"id IN ({','.join('?' * len(wanted))})")
         params.extend(wanted)
+    if id_range is not None:
+        clauses.append("id >= ? AND id < ?")
+        params += id_range
     where = " AND ".join(clauses) or "1"
     if group is not None or ids is not None or (archived and index == "jobs_by_state_archived"):
         index = None
@@ -165,7 +170,7 @@ def _page_query(
         page_params.append(start)
     page_params.append(limit + 1)  # one more than the page: whether more rows match
     return _PageQuery(
-        f"SELECT COUNT(*) FROM jobs WHERE {where}",
+        f"SELECT COUNT(*) FROM jobs{hint if name else ''} WHERE {where}",
         params,
         f"SELECT * FROM jobs{hint} WHERE {page_where} "
         f"ORDER BY id {'DESC' if descending else 'ASC'} LIMIT ?",
@@ -177,7 +182,16 @@ def _page_query(
 class JobListing(StoreConnection):
     """Pages of jobs, and archiving finished ones."""
 
-    def jobs_page(
+    def jobs_page(self, **filters: Any) -> JobPage:
+        """`jobs_page_in_slices`'s page, its slices read one after the other at once."""
+        work = self.jobs_page_in_slices(**filters)
+        while True:
+            try:
+                next(work)
+            except StopIteration as end:
+                return cast(JobPage, end.value)
+
+    def jobs_page_in_slices(
         self,
         *,
         limit: int,
@@ -191,22 +205,37 @@ class JobListing(StoreConnection):
         archived: bool = False,
         count: bool = False,
         name: str | None = None,
-    ) -> JobPage:
+    ) -> Generator[None, None, JobPage]:
         """At most `limit` jobs matching the filters, in id order: the first after `after_id`
         (default: from the oldest), or with `before_id` or `newest` the newest before it
         (default: from the newest), handed back oldest first. Archived jobs only with
         `archived` (or when named by `ids`); `name`: those whose name matches it
         (core.name_pattern). With `count`, `total` counts every matching row: an index-only
-        count, yet 10-20 ms over 100,000 rows here, so only when asked."""
-        query = _page_query(
-            limit, states, group, ids, owner_uid, after_id, before_id, newest, archived, name
-        )
-        if query is None:
+        count, yet 10-20 ms over 100,000 rows here, so only when asked. It yields between
+        slices (`offloop.in_turns`): with a `name`, each looks at SLICE_IDS ids only (a pattern
+        costly to match, `*[!-]`, would else hold the loop 0.1-0.2 s over 100,000 jobs), and
+        reads what changed between two as it finds it."""
+        filters = (states, group, ids, owner_uid, after_id, before_id, newest, archived, name)
+        if (query := _page_query(limit, *filters)) is None:
             return JobPage([], False, None, 0 if count else None)
-        total = None
-        if count:
-            total = int(self._conn.execute(query.count_sql, query.count_params).fetchone()[0])
-        rows = self._conn.execute(query.page_sql, query.page_params).fetchall()
+        spans: list[tuple[int, int] | None] = [None]
+        if name is not None:  # in the page's direction; for a page alone, past its cursor only
+            top = int(self._conn.execute("SELECT MAX(id) FROM jobs").fetchone()[0] or 0) + 1
+            low = after_id + 1 if after_id is not None and not count else 0
+            top = min(top, before_id) if before_id is not None and not count else top
+            spans = [(at, min(at + SLICE_IDS, top)) for at in range(low, top, SLICE_IDS)]
+            spans = spans[::-1] if query.descending else spans
+        total, rows, conn = (0 if count else None), list[sqlite3.Row](), self._conn
+        for number, span in enumerate(spans):
+            if total is None and len(rows) > limit:
+                break  # the page is full, and nothing to count
+            if number:
+                yield
+            sliced = cast(_PageQuery, _page_query(limit - len(rows), *filters, span))
+            if total is not None:
+                total += int(conn.execute(sliced.count_sql, sliced.count_params).fetchone()[0])
+            if len(rows) <= limit:
+                rows += conn.execute(sliced.page_sql, sliced.page_params).fetchall()
         more = len(rows) > limit
         rows = rows[:limit]
         cursor = int(rows[-1]["id"]) if more and rows else None

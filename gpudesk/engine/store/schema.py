@@ -332,6 +332,9 @@ MIGRATIONS: tuple[str, ...] = (
     # 22: an array's tasks by its id (store/jobs.py array_tasks); a damaged spec's row left out
     f"CREATE INDEX jobs_by_array ON jobs ({ARRAY_OF_ROW}) WHERE json_valid(spec) AND "
     f"{ARRAY_OF_ROW} IS NOT NULL;",
+    # 23: the unarchived listing's index carries the name, so a `jobs` request's name pattern is
+    # matched in it, reading only the rows listed (store/listing.py)
+    "DROP INDEX jobs_unarchived;CREATE INDEX jobs_unarchived ON jobs (id, name) WHERE archived = 0",
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
