@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from gpudesk.paths import Home, default_home, resolve_home
+from gpudesk.paths import Home, default_home, private_dir, resolve_home
 
 ARRAYS = ("order", "labels", "duplicates")
 META = "meta.json"
@@ -108,8 +108,11 @@ class CorruptEntry(Exception):
 
 
 class SelectionCache:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, home: Path | None = None) -> None:
         self.root = root
+        # the gpudesk home of this user's the cache is in (used_with): made private when the
+        # cache first writes there, as a personal engine makes its home (paths.private_dir)
+        self.home = home
         self.problems: list[str] = []  # corrupt entries found (for the caller to report)
 
     @classmethod
@@ -124,18 +127,30 @@ class SelectionCache:
         runs as her has HOME from the password database (a GPUDESK_HOME naming the state folder,
         no home of hers, is passed over). No cache is shared between members: an entry one
         member can change would change the data another's job trains on."""
-        if not home.is_system or os.geteuid() == 0:
-            return cls(home.selection_dir)
+        if home.is_system and os.geteuid() == 0:
+            return cls(home.selection_dir)  # the state folder: root's, 0711 on purpose
+        if not home.is_system:
+            return cls(home.selection_dir, home.root)
         own = resolve_home()
-        return cls(Home(default_home() if own == home.root else own).selection_dir)
+        mine = Home(default_home() if own == home.root else own)
+        return cls(mine.selection_dir, mine.root)
+
+    def make(self) -> Path:
+        """The cache's folder, made where missing. A gpudesk home of this user's it lies in is
+        made 0700 (and an existing one set so): made by a member's first `select run` under her
+        umask, it was 0755, and every user listed her selections and datasets."""
+        if self.home is not None:
+            self.home.mkdir(mode=0o700, parents=True, exist_ok=True)  # an error says why
+            private_dir(self.home, "Make it a folder of yours, or set XDG_STATE_HOME elsewhere.")
+        self.root.mkdir(parents=True, exist_ok=True)
+        return self.root
 
     def _dir(self, key: str) -> Path:
         return self.root / key
 
     # ------------------------------------------------------------------ writing
     def store(self, entry: Entry) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{entry.key}.", dir=self.root))
+        staging = Path(tempfile.mkdtemp(prefix=f".{entry.key}.", dir=self.make()))
         try:
             sums = {}
             for name in ARRAYS:

@@ -128,6 +128,24 @@ def test_a_members_selections_are_cached_in_her_own_home(user_station: Station) 
     assert [e["key"] for e in json.loads(listed.stdout)["entries"]] == [key], listed.stdout
 
 
+def test_a_members_gpudesk_home_made_by_her_selection_cache_is_private(
+    user_station: Station,
+) -> None:
+    """Her first `select run` makes her gpudesk home (under her shell's umask 022) 0700, as a
+    personal engine makes its home, and sets an existing 0755 one so: it was 0755, and every
+    user of the host listed her selections' keys and her datasets' index."""
+    station = user_station
+    home = _member_cache(station, "ada").parent
+    subprocess.run(["rm", "-rf", "--", str(home)], check=True)
+    umask = ("sh", "-c", 'umask 022 && exec "$@"', "sh")
+    for seed in ("3", "4"):
+        done = station.run_as("ada", *umask, *station.gpudesk_argv(*PREPASS, "--seed", seed))
+        assert done.returncode == 0, done.stdout + done.stderr
+        st = os.lstat(home)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (station.users["ada"].uid, 0o700)
+        home.chmod(0o755)  # as a gpudesk before this left it: the next run sets it back
+
+
 def test_a_member_whose_own_cache_cannot_be_written_is_told_how_to_move_it(
     user_station: Station,
 ) -> None:
