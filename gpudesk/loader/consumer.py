@@ -191,23 +191,41 @@ class SharedLoader:
                 "engine by registering the dataset again (`gpudesk run` with its profile "
                 f"does), else with `gpudesk loader serve`{fallback}"
             )
-        log = self.home.loader_log(self.name)
+        start = (
+            "the engine starts one for the jobs naming a dataset an admin registered (a "
+            "profile's [datasets] table)"
+            if self.home.is_system  # where `loader serve` is refused: the engine makes its folder
+            else "start one with `gpudesk loader serve`, or name it in the profile's [datasets] "
+            "table"
+        )
         return (
-            f"no shared loader {self.name!r} is running for GPUDESK_HOME {self.home.root}"
+            f"no shared loader {self.name!r} is running for {self.home.description}"
             + (
-                f" (waited {wait:.0f} s for the one gpudesk started; see {log})"
+                f" (waited {wait:.0f} s for the one gpudesk started; see {self._log})"
                 if wait
-                else " (start one with `gpudesk loader serve`, or name it in the profile's "
-                "[datasets] table)"
+                else f" ({start})"
             )
             + fallback
         )
+
+    @property
+    def _log(self) -> str:
+        """Where the engine's producer of this loader logs, for the user. A station's is in the
+        state folder its engine was given, which only the engine's ping names (api/, which the
+        loader does not use): named from that folder, which is not /var/lib/gpudesk on every
+        station, and root's."""
+        if self.home.is_system:
+            return (
+                f"loaders/{self.name}.log in the station's state folder (root's: an admin reads "
+                "it; `gpudesk engine status` names the folder)"
+            )
+        return str(self.home.loader_log(self.name))
 
     def _failed_producer(self, info: dict[str, Any] | None) -> str:
         """A producer's final failure (`final_failure`), for the user: the dataset, the reason,
         and the engine's log of it."""
         assert info is not None
-        log = f" (its log: {self.home.loader_log(self.name)})" if info.get("managed") else ""
+        log = f" (its log: {self._log})" if info.get("managed") else ""
         return (
             f"the producer of the shared loader {self.name!r} failed for good{log}, and is "
             f"not started again with the same settings: {final_failure(info)}"

@@ -224,3 +224,34 @@ def test_a_members_run_of_a_profile_with_a_selection_caches_it_in_her_home(
     assert entry.cost.job == prepass["id"]  # recorded by her client, in her cache
     assert entry.training_uses == 1, entry.reused_by  # her producer served it from there
     assert (_files(roots) if roots.exists() else {}) == before
+
+
+# A member's script asking for a loader no producer serves; `waited`: as a job the engine started
+# a producer for does (GPUDESK_DATASET), its wait for it cut short
+NO_LOADER = (
+    "import gpudesk.loader.consumer as c; from gpudesk.loader.protocol import LoaderError\n"
+    "c.START_WAIT_S = 0.2\n"
+    "try: c.SharedLoader('nosuch', fallback=False)\n"
+    "except LoaderError as exc: print(exc)\n"
+)
+
+
+@pytest.mark.parametrize("waited", [False, True])
+def test_a_members_missing_loader_names_the_station_not_the_default_folder(
+    user_station: Station, waited: bool
+) -> None:
+    """SharedLoader's error on a station started with another --state-dir: it said "for
+    GPUDESK_HOME /var/lib/gpudesk", a folder and a variable the member has nothing to do with,
+    told her to `gpudesk loader serve` (refused on a station), and sent her to
+    /var/lib/gpudesk/loaders/NAME.log for the producer's log."""
+    station = user_station
+    env = [f"GPUDESK_SOCKET={station.socket}", *(["GPUDESK_DATASET=nosuch"] if waited else [])]
+    done = station.run_as("ada", "env", *env, station.python, "-P", "-c", NO_LOADER)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0 and "Traceback" not in said, said
+    assert f"is running for the station's engine at {station.socket}" in said, said
+    assert str(SYSTEM_STATE_DIR) not in said and "GPUDESK_HOME" not in said, said
+    if waited:
+        assert "see loaders/nosuch.log in the station's state folder (root's" in said, said
+    else:
+        assert "loader serve" not in said and "an admin registered" in said, said
