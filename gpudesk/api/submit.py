@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from gpudesk.api.errors import EngineError, job_refusal
 from gpudesk.core.field_checks import reads_as_job_id
 from gpudesk.core.jobs import JobSpec
-from gpudesk.core.protocol import MAX_ROW_ID, UNKNOWN_OP
+from gpudesk.core.protocol import MAX_ROW_ID, REFUSED, UNKNOWN_OP
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -190,10 +191,20 @@ def shown_path(path: os.PathLike[str]) -> str:
     return printable_line(shown if relative.startswith("..") else relative)
 
 
-def register_datasets(client: Client, datasets: Sequence[DatasetSpec]) -> None:
-    """Register shared-loader datasets with the engine (nothing to do for none)."""
-    if datasets:
+def register_datasets(
+    client: Client, datasets: Sequence[DatasetSpec], profile: Profile | None = None
+) -> None:
+    """Register shared-loader datasets with the engine (nothing to do for none). A member
+    refused on a station is told how an admin registers them (`profile`'s)."""
+    if not datasets:
+        return
+    try:
         client.register_datasets(datasets)
+    except EngineError as exc:
+        if exc.code != REFUSED or profile is None:
+            raise
+        how = f"`sudo gpudesk loader register {shlex.quote(str(profile.path))}`"
+        raise EngineError(f"{exc}; an admin registers them once ({how})", exc.code) from None
 
 
 def prepare_station(
@@ -203,7 +214,8 @@ def prepare_station(
     `apply`: `configure_station`) and [datasets]. What came of [station] (None: the profile
     has none)."""
     report = configure_station(client, profile, apply=apply, how_to_apply=how_to_apply)
-    register_datasets(client, [d.loader for d in profile.datasets.values() if d.loader is not None])
+    loaders = [d.loader for d in profile.datasets.values() if d.loader is not None]
+    register_datasets(client, loaders, profile)
     return report
 
 

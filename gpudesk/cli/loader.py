@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -143,6 +144,28 @@ def _say(line: str) -> None:
         print(line, flush=True)
     except (OSError, OutputUnwritable):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+@loader_app.command("register")
+def register_command(
+    profile: Annotated[Path, typer.Argument(help="The profile whose [datasets] to register.")],
+) -> None:
+    """Register a profile's [datasets] with the engine, submitting nothing.
+
+    On a shared station registering a dataset is an admin's (its producer runs its code, as its
+    owner): `sudo gpudesk loader register PROFILE` lets the members' `gpudesk run` of it go on.
+    `gpudesk run` registers them too, with its jobs.
+    """
+    from gpudesk.cli.common import current_home, engine_client
+    from gpudesk.cli.run import _loaded
+
+    specs = [d.loader for d in _loaded(str(profile)).datasets.values() if d.loader is not None]
+    if not specs:
+        fail(f"{quoted(str(profile))} has no [datasets] table with a shared loader", EXIT_USAGE)
+    with engine_client() as client:
+        client.register_datasets(specs)
+    names = ", ".join(spec.name for spec in specs)
+    print(f"registered with {current_home().description}: {names}")
 
 
 @loader_app.command("status")

@@ -255,3 +255,39 @@ def test_a_members_missing_loader_names_the_station_not_the_default_folder(
         assert "see loaders/nosuch.log in the station's state folder (root's" in said, said
     else:
         assert "loader serve" not in said and "an admin registered" in said, said
+
+
+REGISTERED = """
+[datasets.reg]
+factory = "gpudesk.workloads.synthetic:make_dataset"
+args = {{ size = 8, shape = [2] }}
+[[jobs]]
+name = "train"
+dataset = "reg"
+command = [{python}, "-c", "pass"]
+"""
+
+
+def test_an_admin_registers_a_profiles_datasets_for_the_members_runs(
+    user_station: Station,
+) -> None:
+    """A member's `gpudesk run` of a profile whose dataset no admin registered is refused, and
+    told how an admin registers it: `sudo gpudesk loader register PROFILE`, which registers its
+    [datasets] and submits nothing. Before, the refusal said only that root may, and no command
+    registered datasets but an admin's `gpudesk run`, which ran the profile's jobs as root."""
+    station = user_station
+    folder = station.state_dir.parent / "ada-register"
+    folder.mkdir(mode=0o755, exist_ok=True)
+    profile = folder / "reg.toml"
+    profile.write_text(REGISTERED.format(python=json.dumps(station.python)))
+    profile.chmod(0o644)
+    refused = station.gpudesk_as("ada", "run", str(profile))
+    said = refused.stderr
+    assert refused.returncode == 1 and "Traceback" not in said, refused.stdout + said
+    assert f"(`sudo gpudesk loader register {profile}`)" in said, said
+    assert "reg" not in station.ok(None, "datasets", datasets=[])["datasets"]
+    done = _as_root(station, "loader", "register", str(profile))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == f"registered with the station's engine at {station.socket}: reg\n"
+    assert "reg" in station.ok(None, "datasets", datasets=[])["datasets"]
+    assert not [j for j in station.ok(None, "jobs")["jobs"] if j["user"] == "root"]
