@@ -154,7 +154,7 @@ def _runs_already(
     """True where the engine `engine start` names runs already (said so, or failed where it is
     not the one asked for); fails where a member's shell names the station's, which is down
     (root starts it)."""
-    from gpudesk.api.connection import engine_pid
+    from gpudesk.api.connection import engine_pid, who_starts
 
     pid = engine_pid(home)
     if pid is not None:
@@ -165,10 +165,12 @@ def _runs_already(
         _already_running(home, pid, station, keys)
         return True
     if home.is_system and not system:
+        # who_starts: on a station at another socket, the bare `--system` started another one
         fail(
             f"this shell talks to {home.description} (GPUDESK_SOCKET, or the station's "
-            "socket exists), which is not running: start it with `sudo gpudesk engine start "
-            "--system`, or set GPUDESK_HOME to start a personal engine"
+            f"socket exists), which is not running: {who_starts(home)}; or set GPUDESK_HOME to "
+            "start a personal engine",
+            EXIT_NOT_RUNNING,
         )
     return False
 

@@ -291,3 +291,21 @@ def test_an_admin_registers_a_profiles_datasets_for_the_members_runs(
     assert done.stdout == f"registered with the station's engine at {station.socket}: reg\n"
     assert "reg" in station.ok(None, "datasets", datasets=[])["datasets"]
     assert not [j for j in station.ok(None, "jobs")["jobs"] if j["user"] == "root"]
+
+
+def test_a_members_engine_start_on_a_stopped_station_says_how_to_start_that_one(
+    user_station: Station,
+) -> None:
+    """A member's `gpudesk engine start` where the station's engine (at another socket than the
+    default) is down: exit 3, as every command of hers then, and the admin's command names the
+    station's socket. It said `sudo gpudesk engine start --system`, exit 1: run so, that started
+    an engine at the default socket, another station, and left this one down."""
+    station = user_station
+    station.stop()
+    try:
+        done = station.gpudesk_as("ada", "engine", "start")
+    finally:
+        station.start()
+    said = done.stderr
+    assert done.returncode == 3, done.stdout + said
+    assert f"`sudo gpudesk engine start --system --socket {station.socket}` with its" in said, said
