@@ -108,11 +108,12 @@ class CorruptEntry(Exception):
 
 
 class SelectionCache:
-    def __init__(self, root: Path, home: Path | None = None) -> None:
+    def __init__(self, root: Path, private: Path | None = None) -> None:
         self.root = root
-        # the gpudesk home of this user's the cache is in (used_with): made private when the
-        # cache first writes there, as a personal engine makes its home (paths.private_dir)
-        self.home = home
+        # made 0700 when the cache first writes (used_with): this user's gpudesk home the cache
+        # is in, as a personal engine makes its home (paths.private_dir); root's cache on a
+        # station itself (its state folder is 0711 on purpose: owners pass through to logs)
+        self.private = private
         self.problems: list[str] = []  # corrupt entries found (for the caller to report)
 
     @classmethod
@@ -128,7 +129,7 @@ class SelectionCache:
         no home of hers, is passed over). No cache is shared between members: an entry one
         member can change would change the data another's job trains on."""
         if home.is_system and os.geteuid() == 0:
-            return cls(home.selection_dir)  # the state folder: root's, 0711 on purpose
+            return cls(home.selection_dir, home.selection_dir)
         if not home.is_system:
             return cls(home.selection_dir, home.root)
         own = resolve_home()
@@ -136,12 +137,12 @@ class SelectionCache:
         return cls(mine.selection_dir, mine.root)
 
     def make(self) -> Path:
-        """The cache's folder, made where missing. A gpudesk home of this user's it lies in is
-        made 0700 (and an existing one set so): made by a member's first `select run` under her
-        umask, it was 0755, and every user listed her selections and datasets."""
-        if self.home is not None:
-            self.home.mkdir(mode=0o700, parents=True, exist_ok=True)  # an error says why
-            private_dir(self.home, "Make it a folder of yours, or set XDG_STATE_HOME elsewhere.")
+        """The cache's folder, made where missing, its `private` folder made 0700 (and an
+        existing one set so): made by a member's first `select run` (an admin's `sudo gpudesk
+        select run`) under a umask of 022, it was 0755, and every user listed the selections."""
+        if self.private is not None:
+            self.private.mkdir(mode=0o700, parents=True, exist_ok=True)  # an error says why
+            private_dir(self.private, "Make it a folder of yours, not a link.")
         self.root.mkdir(parents=True, exist_ok=True)
         return self.root
 

@@ -86,6 +86,28 @@ def test_an_output_file_is_refused_in_the_state_folder_its_engine_names(
     assert not target.exists()
 
 
+def test_the_stations_selection_cache_is_roots_alone(user_station: Station) -> None:
+    """An admin's `sudo gpudesk select run` (umask 022) makes the station's cache 0700: it was
+    0755 in the 0711 state folder, and every member listed root's selections and datasets."""
+    station = user_station
+    roots = station.state_dir / "selection"
+    subprocess.run(["rm", "-rf", "--", str(roots)], check=True)
+    umask = ["sh", "-c", 'umask 022 && exec "$@"', "sh"]
+    ran = subprocess.run(
+        [*umask, *station.gpudesk_argv(*PREPASS, "--seed", "5")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    st = os.lstat(roots)
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o700), oct(st.st_mode)
+    listed = station.run_as("ada", "ls", str(roots))
+    assert listed.returncode != 0 and "Permission denied" in listed.stderr, listed
+    subprocess.run(["rm", "-rf", "--", str(roots)], check=True)  # the others' tests cache in it
+
+
 def _files(folder: Path) -> dict[str, bytes]:
     """Every file under `folder` (root's cache), by its path there, with its bytes."""
     return {str(f.relative_to(folder)): f.read_bytes() for f in folder.rglob("*") if f.is_file()}
