@@ -60,6 +60,11 @@ def _not_written(cache: Any, exc: OSError) -> NoReturn:
             "make that folder yours and writable, or set XDG_STATE_HOME to a folder of yours "
             '(docs/shared-station.md, "The selection cache on a station")'
         )
+    elif current_home().is_system and isinstance(exc, FileNotFoundError):
+        said += (
+            ". The station's selections are cached in the state folder its engine names, and "
+            "no engine answers at its socket to name it: start it first (`gpudesk engine status`)"
+        )
     fail(said, EXIT_FAILED)
 
 

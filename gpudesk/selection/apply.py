@@ -268,6 +268,7 @@ def select(
     read = scan(dataset, features=chosen.method in SCORED)
     _check_readable(chosen, read, goal)
     if identity is not None:
+        cache.make()  # first: the index is made in it, and a station's makes no state folder
         index.remember(identity, read)
     canon = read.canon
     result = prepare(

@@ -128,7 +128,7 @@ class SelectionCache:
         runs as her has HOME from the password database (a GPUDESK_HOME naming the state folder,
         no home of hers, is passed over). No cache is shared between members: an entry one
         member can change would change the data another's job trains on."""
-        if home.is_system and os.geteuid() == 0:
+        if home.is_system and os.geteuid() == 0:  # made private itself, its state folder not made
             return cls(home.selection_dir, home.selection_dir)
         if not home.is_system:
             return cls(home.selection_dir, home.root)
@@ -141,7 +141,11 @@ class SelectionCache:
         existing one set so): made by a member's first `select run` (an admin's `sudo gpudesk
         select run`) under a umask of 022, it was 0755, and every user listed the selections."""
         if self.private is not None:
-            self.private.mkdir(mode=0o700, parents=True, exist_ok=True)  # an error says why
+            # A station's cache never makes its state folder, the engine's to make: where no
+            # engine named it (down), /var/lib/gpudesk made every client on the host take
+            # it for a station at the default socket. An error says why.
+            station = self.private == self.root
+            self.private.mkdir(mode=0o700, parents=not station, exist_ok=True)
             private_dir(self.private, "Make it a folder of yours, not a link.")
         self.root.mkdir(parents=True, exist_ok=True)
         return self.root

@@ -108,6 +108,32 @@ def test_the_stations_selection_cache_is_roots_alone(user_station: Station) -> N
     subprocess.run(["rm", "-rf", "--", str(roots)], check=True)  # the others' tests cache in it
 
 
+def test_roots_selection_run_with_the_station_down_makes_no_default_state_folder(
+    user_station: Station,
+) -> None:
+    """An admin's `select run` while the station's engine (another --state-dir and socket) is
+    down: one paragraph saying the engine names the folder and to start it, exit 1. It cached
+    the selection in /var/lib/gpudesk, made for it, and every client on the host then took the
+    host for a station at the default socket (a member's `gpudesk queue` without GPUDESK_SOCKET
+    said that station's engine was not running)."""
+    if os.path.lexists(SYSTEM_STATE_DIR):
+        pytest.skip(f"{SYSTEM_STATE_DIR} is there: root's cache there is the station's own")
+    station = user_station
+    station.stop()
+    try:
+        done = _as_root(station, *PREPASS, "--seed", "6")
+    finally:
+        station.start()
+    said = done.stderr
+    assert done.returncode == 1 and "Traceback" not in said, done.stdout + said
+    assert "no engine answers at its socket to name it: start it first" in said, said
+    assert len(said.strip().splitlines()) == 1, said
+    made = os.path.lexists(SYSTEM_STATE_DIR)
+    if made:  # by this test: the host must not stay a station at the default socket
+        subprocess.run(["rm", "-rf", "--", str(SYSTEM_STATE_DIR)], check=True)
+    assert not made
+
+
 def _files(folder: Path) -> dict[str, bytes]:
     """Every file under `folder` (root's cache), by its path there, with its bytes."""
     return {str(f.relative_to(folder)): f.read_bytes() for f in folder.rglob("*") if f.is_file()}
