@@ -29,8 +29,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -40,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from store_scale import SLOTS, build_store, commit, compile_gpudesk, gpudesk, stop
+from store_scale import SLOTS, build_store, compile_gpudesk, gpudesk, run_header, stop
 
 from gpudesk.api.client import Client
 from gpudesk.api.connection import Connection, start_engine
@@ -152,10 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpudesk-queue-name-") as tmp:
         home = Home(Path(tmp) / "home")
         result: dict[str, Any] = {
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}",
-            "commit": commit(),
+            **run_header(),
             "jobs": args.jobs,
             "store": build_store(home, args.jobs, QUEUED),
         }

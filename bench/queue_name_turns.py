@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sqlite3
 import statistics
@@ -35,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from store_scale import build_store, commit
+from store_scale import build_store, run_header
 
 from gpudesk.paths import Home
 
@@ -108,10 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="gpudesk-name-turns-") as tmp:
         home = Home(Path(tmp) / "home")
         result: dict[str, Any] = {
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}",
-            "commit": commit(),
+            **run_header(),
             "store": build_store(home, args.jobs, QUEUED),
         }
         runs: dict[str, list[dict[str, list[float]]]] = {"before": [], "after": []}

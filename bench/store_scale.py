@@ -786,6 +786,16 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def run_header() -> dict[str, Any]:
+    """What every result of these benches starts with: when, on what, of which commit."""
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}",
+        "commit": commit(),
+    }
+
+
 def commit() -> str:
     try:
         out = subprocess.run(
