@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import gpudesk.engine.learning as learning_module
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.model_params import ParamTotal, StoredObservation
@@ -273,9 +274,27 @@ def fake_attempt(
     )
 
 
+class StepClock:
+    """The learning station's clock (gpudesk.engine.learning's `time`), moved by the test: an
+    interval it measures is the one the test says, not what a loaded machine made of a sleep
+    (a CI run under load once read the second run's 0.1 s as longer than the first's)."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @pytest.mark.parametrize("members", [False, True], ids=["her-own-run", "another-members-run"])
 def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
-    store: Store, tmp_path: Path, members: bool
+    store: Store, tmp_path: Path, members: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """... of the same owner only (schema 19): a member's run of the same command in a shared
     folder has no rate alone of hers to be read against, and teaches nothing."""
@@ -295,6 +314,8 @@ def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
         (later,) = store.submit([JobSpec(name="same", command=("train",), workdir="/w")], owner=ada)
     # the co-tenant's command: its steady SM share alone, measured by an earlier run
     store.record_alone_rate(command_key(store, other.id), 3.0, sm_pct=30.0)
+    clock = StepClock()
+    monkeypatch.setattr(learning_module, "time", clock)
     station = learning(store)
     station.min_s = 0.05
     station.telemetry.station.config.sample_interval = 0.0  # type: ignore[attr-defined]
@@ -312,7 +333,7 @@ def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
     progress(first, 1)
     for _ in range(4):  # the first is read with its first line: not counted
         sample(station, 20.0, 99.0)
-    time.sleep(0.1)
+    clock.sleep(0.1)
     progress(first, 11)
     station.step()
     live.clear()
@@ -329,7 +350,7 @@ def test_a_rate_alone_remembered_from_an_earlier_run_serves_a_later_one(
     live.extend([second, beside])
     progress(second, 1)
     station.step()
-    time.sleep(0.1)
+    clock.sleep(0.1)
     progress(second, 6)
     station.step()
     live.remove(beside)
