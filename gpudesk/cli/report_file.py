@@ -28,7 +28,8 @@ from gpudesk.paths import too_long_text
 from gpudesk.text import file_kind
 
 
-def _inside(path: str, folder: str) -> bool:
+def inside(path: str, folder: str) -> bool:
+    """Whether `path` is `folder` or lies under it (by name: callers resolve links first)."""
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
@@ -51,7 +52,7 @@ def home_holding(path: Path, homes: Iterable[Path]) -> Path | None:
     # and where a symbolic link there points: the file written through it
     real = os.path.realpath(path)
     for home in homes:
-        if any(_inside(p, os.path.realpath(home)) for p in (named, real)):
+        if any(inside(p, os.path.realpath(home)) for p in (named, real)):
             return home
     return None
 
@@ -97,7 +98,7 @@ def check_report_path(
     if real == os.path.realpath(profile):
         refuse("is the profile being run, which the report would replace; name another file")
     for home in homes:
-        if _inside(real, os.path.realpath(home)):
+        if inside(real, os.path.realpath(home)):
             refuse(
                 f"is inside gpudesk's home {home}, which holds the engine's database, logs and "
                 "sockets the report could replace; write it elsewhere"

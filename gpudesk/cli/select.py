@@ -41,13 +41,12 @@ def _not_written(cache: Any, exc: OSError) -> NoReturn:
     """A cache this command could not change: one paragraph, exit 1. A member's on a shared
     station is in her own gpudesk home: say where that is found and how to move it."""
     from gpudesk.cli.common import current_home
+    from gpudesk.cli.report_file import inside
 
     # a name relative to the cache (rmtree's, by its folder's descriptor), or one in it or on its
     # way is the cache's; another (a file the dataset's factory reads) is not
     named, root = os.fsdecode(exc.filename or ""), str(cache.root)
-    if not named or (
-        os.path.isabs(named) and not (named.startswith(root) or root.startswith(named))
-    ):
+    if not named or (os.path.isabs(named) and not (inside(named, root) or inside(root, named))):
         raise exc
     where = printable_line(str(cache.root / named))
     said = f"the selection cache {printable_line(str(cache.root))} could not be changed: {where}: "
