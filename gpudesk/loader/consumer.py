@@ -186,11 +186,14 @@ class SharedLoader:
         """Why there is no producer to read, and what to do, in one paragraph."""
         fallback = ", and no local fallback was asked for (pass factory=... and fallback=True)"
         if final_failure(info) is not None:
-            return (
-                f"{self._failed_producer(info)}. Fix that and start it again: under the "
-                "engine by registering the dataset again (`gpudesk run` with its profile "
-                f"does), else with `gpudesk loader serve`{fallback}"
+            again = (  # a station refuses `loader serve`; registering is its admin's
+                "Fix that, then an admin starts it again by registering the dataset again "
+                "(`sudo gpudesk loader register PROFILE`)"
+                if self.home.is_system
+                else "Fix that and start it again: under the engine by registering the dataset "
+                "again (`gpudesk run` with its profile does), else with `gpudesk loader serve`"
             )
+            return f"{self._failed_producer(info)}. {again}{fallback}"
         start = (
             "the engine starts one for the jobs naming a dataset an admin registered (a "
             "profile's [datasets] table)"

@@ -85,6 +85,9 @@ def reconnect(loader: SharedLoader, why: str) -> None:
         + (
             f"No producer came back within {wait:.0f} s."
             if wait
+            else f"Rerun it as a job of the station (`gpudesk submit --dataset {loader.name} "
+            "...`): its engine restarts producers and lets consumers resume their epoch."
+            if loader.home.is_system  # where `loader serve` is refused
             else "Restart it (`gpudesk loader serve ...`) and rerun, or run under gpudesk, "
             "which restarts producers and lets consumers resume their epoch."
         )

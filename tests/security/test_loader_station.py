@@ -303,6 +303,37 @@ def test_a_producer_its_owner_cannot_run_is_not_started_and_says_why(tmp_path: P
         assert supervisor.producers["d"].process is None
 
 
+def test_a_members_job_is_told_what_restarts_a_failed_station_producer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A station's producer that failed for good: the consumer's paragraph sends its user to an
+    admin's `loader register`, not to `gpudesk loader serve`, which a station refuses."""
+    from local_users import local_accounts
+
+    from gpudesk.core.identity import Identity
+    from gpudesk.loader import LoaderError, SharedLoader
+    from gpudesk.loader.protocol import write_info
+    from gpudesk.loader.station_access import prepare_folder
+    from gpudesk.paths import Home
+
+    with local_accounts({"ada": []}) as made:
+        ada = made.users["ada"]
+        run = tmp_path / "run"
+        run.mkdir(mode=0o750)
+        home = Home.system(run / "control.sock", tmp_path / "state")
+        folder = prepare_folder(home, "d", Identity.of(ada.uid, ada.gid, ada.groups), None, "group")
+        info = folder / "d.json"
+        failed = {"failed": "cannot import the dataset module 'nope'", "transient": False}
+        write_info(info, {"name": "d", "pid": os.getpid(), "managed": True, **failed})
+        os.chown(info, ada.uid, ada.gid)
+        monkeypatch.setenv("GPUDESK_SOCKET", str(home.system_socket))
+        with pytest.raises(LoaderError) as raised:
+            SharedLoader("d", fallback=False)
+    said = str(raised.value)
+    assert "failed for good" in said and "cannot import the dataset module 'nope'" in said
+    assert "sudo gpudesk loader register PROFILE" in said and "loader serve" not in said, said
+
+
 # A member's stand-in for her producer: she owns her loader's folder, so she may put her own
 # socket at its control path and answer the engine's status requests with what she likes.
 HOSTILE = textwrap.dedent("""
