@@ -15,10 +15,9 @@ failing later on a missing key. Events come from `Client.events()` as `JobEvent`
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import msgspec
@@ -52,6 +51,7 @@ from gpudesk.api.models import (
     TelemetryResult,
     WireModel,
 )
+from gpudesk.api.submit_request import submit_args
 from gpudesk.core.protocol import INTERNAL, MAX_LISTING_IDS, PROTOCOL_VERSION, UNKNOWN_OP
 from gpudesk.core.wire.requests import (
     CancelArgs,
@@ -71,7 +71,6 @@ from gpudesk.core.wire.requests import (
     ShowArgs,
     SignalArgs,
     StatusArgs,
-    SubmitArgs,
     TelemetryArgs,
 )
 
@@ -327,9 +326,8 @@ class Client:
         start as one, all or none (`gpudesk.api.submit_parts`). An array's id among the jobs'
         dependencies names every task of the array, as in Slurm, but for those of
         `first_tasks_alone`, which name its first task alone (`144_0`)."""
-        args = self._submit_args(specs, env)
         alone = list(first_tasks_alone)
-        args = msgspec.structs.replace(args, hold=hold, first_tasks_alone=alone)
+        args = submit_args(specs, env, hold=hold, first_tasks_alone=alone)
         try:
             return self.ask(SubmitResult, "submit", args)
         except EngineError as exc:
@@ -340,12 +338,14 @@ class Client:
             parts = parts_for(args.jobs, args.env) if exc.code == TOO_LARGE else None
             if parts is None:
                 raise
-        return submit_in_parts(self, args.jobs, args.env, hold=hold, parts=parts, alone=alone)
+        return submit_in_parts(
+            self, args.jobs, args.env, hold=hold, parts=parts, alone=alone, umask=args.umask
+        )
 
     def check_submit(self, specs: Sequence[JobSpec], env: Mapping[str, str] | None = None) -> bool:
         """Whether the engine would accept these jobs, queueing nothing: raises the EngineError
         `submit` would. False when the engine is older than this check (it cannot say)."""
-        args = self._submit_args(specs, env)
+        args = submit_args(specs, env)
         try:
             self.ask(SubmitResult, "check_submit", args)
         except EngineError as exc:
@@ -356,16 +356,8 @@ class Client:
             parts = parts_for(args.jobs, args.env) if exc.code == TOO_LARGE else None
             if parts is None:
                 raise
-            check_in_parts(self, args.jobs, args.env, parts)
+            check_in_parts(self, args.jobs, args.env, parts, umask=args.umask)
         return True
-
-    @staticmethod
-    def _submit_args(specs: Sequence[JobSpec], env: Mapping[str, str] | None) -> SubmitArgs:
-        from gpudesk.api.connection import submit_env
-
-        here = os.getcwd()
-        jobs = [(spec if spec.workdir else replace(spec, workdir=here)).to_dict() for spec in specs]
-        return SubmitArgs(jobs=jobs, env=dict(env) if env is not None else submit_env())
 
     def jobs_page(
         self,

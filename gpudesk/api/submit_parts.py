@@ -29,6 +29,7 @@ from gpudesk.api.errors import TOO_LARGE, EngineError
 from gpudesk.api.models import ActionOutcome, ActionResult, SubmitResult
 from gpudesk.core import protocol
 from gpudesk.core.protocol import MAX_ROW_ID, Request, json_values
+from gpudesk.core.umask import MAX_UMASK
 from gpudesk.core.wire.requests import InParts, PartOf, ReleaseArgs, SubmitArgs
 from gpudesk.render import id_ranges
 
@@ -90,7 +91,7 @@ def _plan(
     most_parts = {"jobs": MAX_ROW_ID, "parts": MAX_ROW_ID}  # its largest
     whole = {"jobs": MAX_ROW_ID, "sent": MAX_ROW_ID}
     args: dict[str, Any] = {"jobs": [], "env": env, "hold": True, "in_parts": most_parts}
-    args["part_of"] = whole
+    args["part_of"], args["umask"] = whole, MAX_UMASK  # its longest
     envelope = Request(op="submit", args=args, id=2**31).encode()
     base_bytes, base_values = len(envelope), json_values(envelope)
     parts: list[range] = []
@@ -187,10 +188,12 @@ def submit_in_parts(
     hold: bool,
     parts: Sequence[range] | None = None,
     alone: Sequence[int] = (),
+    umask: int | None = None,
 ) -> SubmitResult:
     """Queue `jobs` in `parts` (default: `plan_parts`), all or none; released once all are in,
     unless `hold` (the submitter asked for them held: held by the user, as their events say).
-    `alone`: the dependencies' ids that name an array's first task alone (`first_tasks_alone`)."""
+    `alone`: the dependencies' ids that name an array's first task alone (`first_tasks_alone`);
+    `umask`: the submitter's, sent with each part."""
     parts = plan_parts(jobs, env) if parts is None else parts
     cluster = next((job["cluster"] for job in jobs if job.get("cluster")), None)
     if cluster is not None:
@@ -214,6 +217,7 @@ def submit_in_parts(
                 in_parts=in_parts,
                 part_of=PartOf(jobs=len(jobs), sent=len(ids)),
                 first_tasks_alone=list(alone),
+                umask=umask,
             )
             try:
                 result = client.ask(SubmitResult, "submit", args)
@@ -256,7 +260,12 @@ def _release(client: Client, ids: Sequence[int], in_parts: InParts) -> None:
 
 
 def check_in_parts(
-    client: Client, jobs: Sequence[Job], env: dict[str, str] | None, parts: Sequence[range]
+    client: Client,
+    jobs: Sequence[Job],
+    env: dict[str, str] | None,
+    parts: Sequence[range],
+    *,
+    umask: int | None = None,
 ) -> None:
     """`check_submit` of a submission too large for one request, part by part. A part's check
     cannot name the jobs of the parts before it (none is queued): those references, which the
@@ -264,7 +273,7 @@ def check_in_parts(
     whole = PartOf(jobs=len(jobs))  # none of it queued: the queue limit counted over all
     for part in parts:
         try:
-            args = SubmitArgs(jobs=part_jobs(jobs, part, None), env=env, part_of=whole)
+            args = SubmitArgs(jobs=part_jobs(jobs, part, None), env=env, part_of=whole, umask=umask)
             client.ask(SubmitResult, "check_submit", args)
         except EngineError as exc:
             raise _counted_over_all(exc, part) from None

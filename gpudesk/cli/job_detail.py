@@ -12,6 +12,7 @@ from gpudesk import render
 from gpudesk.cli import job_extras_view
 from gpudesk.cli.common import simulated_banner
 from gpudesk.cli.plot_output import write_plot
+from gpudesk.core.umask import umask_text
 from gpudesk.text import printable_line, printable_message
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
         AttemptView,
         EventView,
         JobDetail,
+        JobSpecView,
         JobView,
         UsageSummary,
     )
@@ -104,7 +106,7 @@ def _spec_lines(j: JobView, width: int, room: int | None) -> list[str]:
             + (["[shell]"] if spec.shell else []),
             width,
         ),
-        _field(f"  workdir    {printable_line(spec.workdir) if spec.workdir else '-'}", room),
+        *_workdir_lines(spec, room),
         _field(asks, room),
         # figures side by side, three spaces apart; one that does not fit goes under the first
         *_packed(
@@ -223,6 +225,14 @@ def _after_lines(refs: list[str], until: str, width: int) -> list[str]:
     nothing), wrapped as prose."""
     pieces = [f"{ref}," for ref in refs[:-1]] + [refs[-1] + (":" if until else "")]
     return _packed(AFTER_LABEL, pieces + until.split(), width)
+
+
+def _workdir_lines(spec: JobSpecView, room: int | None) -> list[str]:
+    """The folder it runs in, and beside it the umask it writes with (its submitter's, as
+    Slurm's SLURM_UMASK); none for a job from a client that sent none: it has the engine's."""
+    umask = [] if spec.umask is None else [f"umask {umask_text(spec.umask)}"]
+    workdir = printable_line(spec.workdir) if spec.workdir else "-"
+    return _packed("  workdir    ", [workdir, *umask], room, sep="   ")
 
 
 def _packed(

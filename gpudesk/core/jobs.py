@@ -21,6 +21,7 @@ from gpudesk.core.submit_options import (
     SUBMIT_OPTION_FIELDS,
 )
 from gpudesk.core.tracking_spec import TrackingSpec, check_tracking
+from gpudesk.core.umask import check_umask
 from gpudesk.text import file_kind, is_os_text, quoted, safe_text
 
 TasksOfArrays = Callable[[list[int]], Mapping[int, Mapping[int, int]]]  # Store.array_tasks
@@ -424,6 +425,10 @@ class JobSpec:
     notify: str | None = (
         None  # a shell command run as its owner when it ends (gpudesk.hw.job_hooks)
     )
+    # Its command's umask (core/umask.py): the submitter's, which the client sends with the
+    # request. None: sent by a client from before it (or stored before it), and the job runs
+    # with the engine's, as before: 077 on a station (engine/daemon.py), a user engine's own.
+    umask: int | None = None
 
     @property
     def dependencies(self) -> tuple[int, ...]:
@@ -477,12 +482,13 @@ class JobSpec:
         """JSON-ready for the request and the store's row (msgspec: the tracking and cluster
         tables as dicts; tuples stay tuples, which json writes as arrays). The text is then
         written by stdlib `json`, which keeps a non-UTF-8 file name's surrogates (msgspec.json
-        refuses them). Issue 41's fields are left out while unset, so that a job using none of
-        them is one an engine from before them takes (it refuses a field it does not know)."""
+        refuses them). Issue 41's fields and `umask` are left out while unset, so that a job
+        using none of them is one an engine from before them takes (it refuses a field it does
+        not know)."""
         import msgspec  # here, not at the top: `gpudesk top` reads job states and sends no spec
 
         data = cast("dict[str, Any]", msgspec.to_builtins(self))
-        for key in SUBMIT_OPTION_FIELDS:
+        for key in (*SUBMIT_OPTION_FIELDS, "umask"):
             if not data[key] and data[key] != 0:  # None, empty; an array's task 0 is kept
                 del data[key]
         return data
@@ -582,6 +588,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     **SUBMIT_OPTION_CHECKS,
     "after_any": check_after,
     "after_notok": check_after,
+    "umask": check_umask,
 }
 _FIELDS = frozenset({"name", "command", "shell", "group", "sweep", *_CHECKS})
 FIELD_CHECKS: Mapping[str, Callable[[Any], Any]] = _CHECKS

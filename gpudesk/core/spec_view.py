@@ -46,4 +46,5 @@ def spec_view(spec: JobSpec, *, secrets: bool = True) -> JobSpecView:
         after_any=list(spec.after_any),
         after_notok=list(spec.after_notok),
         notify=None if spec.notify is None else redact_secrets(spec.notify),
+        umask=spec.umask,
     )

@@ -263,9 +263,8 @@ class Attempts:
         try:
             if not_prepared is not None:
                 raise not_prepared
-            spec, station = job.spec, self.station_group
             launched = runner.launch(
-                Path(attempt.dir), spec.command, spec.shell, workdir, env, contained, owner, station
+                Path(attempt.dir), job.spec, workdir, env, contained, owner, self.station_group
             )
         except (runner.LaunchError, ValueError) as exc:  # ValueError: argv or env the OS refuses
             self.containment.release(job.id, attempt.number)

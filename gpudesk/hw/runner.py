@@ -29,7 +29,8 @@ import psutil
 
 from gpudesk import paths, trust
 from gpudesk.core.identity import Identity, OwnerGone, as_known_now
-from gpudesk.core.jobs import workdir_problem
+from gpudesk.core.jobs import JobSpec, workdir_problem
+from gpudesk.core.umask import umask_text
 from gpudesk.hw import wrapper
 from gpudesk.hw.hostmetrics import group_processes
 from gpudesk.secure_path import insecure_step
@@ -280,8 +281,7 @@ def _take_launch_lock(attempt_dir: Path) -> int:
 
 def launch(
     attempt_dir: Path,
-    command: tuple[str, ...],
-    shell: bool,
+    spec: JobSpec,
     workdir: str,
     env: dict[str, str],
     containment: str,
@@ -292,7 +292,8 @@ def launch(
     (`reap`). `containment` is the attempt's cgroup for the wrapper to join, or why there is
     none (`containment.Containment.prepare`). `owner`: the identity to run the command as,
     where it is not the engine's (a system engine's job; `run_as`), who must still be a member
-    of `station_group` (the system engine's) where one is given."""
+    of `station_group` (the system engine's) where one is given. The command is `spec`'s, run
+    with its umask where it has one (the submitter's: core/umask.py)."""
     if owner is not None:
         owner = entitled(owner, station_group)
     problem = workdir_problem(workdir) if owner is None else None
@@ -301,10 +302,10 @@ def launch(
         # see the folder says nothing of whether its owner may enter it)
         raise LaunchError(problem)
     lock = _take_launch_lock(attempt_dir)
-    identity = []
+    identity = [] if spec.umask is None else ["--umask", umask_text(spec.umask)]
     if owner is not None:
         groups = ",".join(str(g) for g in owner.groups)
-        identity = ["--as", f"{owner.uid}:{owner.gid}:{groups}"]
+        identity += ["--as", f"{owner.uid}:{owner.gid}:{groups}"]
     argv = [
         sys.executable,
         "-I",
@@ -312,12 +313,12 @@ def launch(
         str(WRAPPER_PATH),
         str(attempt_dir),
         workdir,
-        "1" if shell else "0",
+        "1" if spec.shell else "0",
         str(wrapper.LOCK_FD),
         containment,
         *identity,
         "--",
-        *command,
+        *spec.command,
     ]
     log = str(attempt_dir / LOG_FILE)
     if owner is not None:

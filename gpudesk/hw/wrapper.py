@@ -31,7 +31,8 @@ wrapper gets `--as UID:GID:G1,G2` and stays root, so it can join the cgroup and 
 it forks, and the child takes the owner's supplementary groups, gid and uid, then enters the
 working directory *as the owner* (a folder the owner may not enter fails the job with 126 and a
 line that says so, never entered with root's rights) and execs the command (`_start_as`). A
-personal engine's jobs keep posix_spawnp, the fast path.
+personal engine's jobs keep posix_spawnp, the fast path. With `--umask OCTAL` (the submitter's,
+gpudesk.core.umask) the command runs with that umask, else with the engine's.
 
 Such a wrapper is root, so it never runs with the job's environment: the dynamic loader would
 obey her `LD_PRELOAD`, `LD_AUDIT`, `GCONV_PATH` … in a root process before any code of ours
@@ -206,8 +207,9 @@ def _say(text: str) -> None:
         pass
 
 
-def _start(command: list[str], workdir: str) -> tuple[int, str | None, int]:
-    """Start the command; returns (pid, None, 0), or (0, what went wrong, exit code)."""
+def _start(command: list[str], workdir: str, umask: int | None) -> tuple[int, str | None, int]:
+    """Start the command, with `umask` where given (this process's records keep its own);
+    returns (pid, None, 0), or (0, what went wrong, exit code)."""
     try:
         os.chdir(workdir)
     except OSError as exc:
@@ -216,6 +218,7 @@ def _start(command: list[str], workdir: str) -> tuple[int, str | None, int]:
             f"cannot enter the working directory {workdir}: {exc.strerror or exc}",
             EXIT_NOT_EXECUTABLE,
         )
+    own = os.umask(umask) if umask is not None else None  # posix_spawn has no umask of its own
     try:
         # Python ignores SIGPIPE and SIGXFSZ; give the command the defaults, as subprocess does.
         pid = os.posix_spawnp(
@@ -223,6 +226,9 @@ def _start(command: list[str], workdir: str) -> tuple[int, str | None, int]:
         )
     except OSError as exc:
         return (0, *_exec_failure(command[0], exc))
+    finally:
+        if own is not None:
+            os.umask(own)
     return pid, None, 0
 
 
@@ -257,6 +263,14 @@ def _exec_failure(program: str, exc: OSError) -> tuple[str, int]:
     if isinstance(exc, PermissionError):
         return f"permission denied: {program}", EXIT_NOT_EXECUTABLE
     return f"cannot start {program}: {exc.strerror or exc}", EXIT_NOT_EXECUTABLE
+
+
+def parse_umask(text: str) -> int | None:
+    """The `--umask` argument ("0027", octal) as a number, or None when it is not one."""
+    if not text or len(text) > 4 or any(c not in "01234567" for c in text):
+        return None
+    mask = int(text, 8)
+    return mask if mask <= 0o777 else None
 
 
 def parse_owner(text: str) -> tuple[int, int, list[int]] | None:
@@ -372,7 +386,7 @@ def _start_as(
             except OSError as exc:
                 error = f"cannot enter the working directory {workdir}: {exc.strerror or exc}"
                 raise
-            os.umask(umask)  # the wrapper's own records were private; the job gets the engine's
+            os.umask(umask)  # the wrapper's own records were private; the job gets its own
             for sig in _RESET_SIGNALS:
                 signal.signal(sig, signal.SIG_DFL)
             try:
@@ -414,18 +428,26 @@ def _ignore(_signum: int, _frame: object) -> None:
     pass
 
 
-def main(argv: list[str]) -> int:
-    # ATTEMPT_DIR WORKDIR SHELL LOCK_FD CONTAINMENT [--as UID:GID:GROUPS] -- COMMAND...
-    owner = None
+def _options(argv: list[str]) -> tuple[list[str], int | None, tuple[int, int, list[int]] | None]:
+    """`argv` without its options, the `--umask` and the `--as` they give ([] where one is not
+    well formed: the usage is said)."""
+    umask, owner = None, None
+    if len(argv) > 7 and argv[5] == "--umask":
+        umask = parse_umask(argv[6])
+        argv = argv[:5] + argv[7:] if umask is not None else []
     if len(argv) > 7 and argv[5] == "--as":
         owner = parse_owner(argv[6])
-        argv = argv[:5] + argv[7:]
-        if owner is None:
-            argv = []
+        argv = argv[:5] + argv[7:] if owner is not None else []
+    return argv, umask, owner
+
+
+def main(argv: list[str]) -> int:
+    # ATTEMPT_DIR WORKDIR SHELL LOCK_FD CONTAINMENT [--umask OCTAL] [--as UID:GID:GROUPS] -- COMMAND
+    argv, job_umask, owner = _options(argv)
     if len(argv) < 7 or argv[5] != "--":
         _say(
             "usage: wrapper.py ATTEMPT_DIR WORKDIR SHELL(0|1) LOCK_FD CONTAINMENT "
-            "[--as UID:GID:G1,G2] -- COMMAND..."
+            "[--umask OCTAL] [--as UID:GID:G1,G2] -- COMMAND..."
         )
         return EXIT_USAGE
     attempt_dir, workdir, shell, lock_fd = argv[0], argv[1], argv[2] == "1", argv[3]
@@ -433,8 +455,10 @@ def main(argv: list[str]) -> int:
     wrapper_file = os.path.join(attempt_dir, "wrapper.json")
     exit_file = os.path.join(attempt_dir, "exit.json")
     # A job run as its owner: the records this root process writes in the attempt's folder are
-    # for the engine alone (the owner reads only the log).
-    umask = os.umask(0o077) if owner is not None else 0
+    # for the engine alone (the owner reads only the log). Its command gets the submitter's
+    # umask; a job from a client that sent none the engine's, as before (077 on a station).
+    engine_umask = os.umask(0o077) if owner is not None else 0
+    umask = job_umask if job_umask is not None else engine_umask
     # ... and its environment is the engine's: the job's own waits in job.env for the child
     job_env = take_env(attempt_dir) if owner is not None else None
 
@@ -475,7 +499,7 @@ def main(argv: list[str]) -> int:
         except OSError:
             pass
     if owner is None:
-        child, error, code = _start(command, workdir)
+        child, error, code = _start(command, workdir, job_umask)
     elif job_env is None:
         child, error, code = 0, "cannot read the job's environment (job.env)", EXIT_NOT_EXECUTABLE
     else:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.core.jobs import JobSpec
+from gpudesk.core.umask import umask_text
 from gpudesk.slurm.request import (
     GresOffer,
     SbatchOption,
@@ -191,6 +192,8 @@ def _task_lines(task: Task, chdir: str | None, indent: str) -> list[str]:
         )
     for key, value in spec.env.items():
         lines.append(f"export {key}={shlex.quote(value)}")
+    if spec.umask is not None:  # its submitter's: sbatch ran under the 077 of SUBMIT_SCRIPT
+        lines.append(f"umask {umask_text(spec.umask)}")
     if spec.preemptible:
         lines.extend(_preempt_lines(spec))
     if spec.workdir is not None and spec.workdir != chdir:

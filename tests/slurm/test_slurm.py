@@ -164,6 +164,23 @@ def test_a_task_gets_one_thread_per_cpu_unless_the_job_says(slurm_engine: Engine
     assert "threads=3" in _log(slurm_engine, own)
 
 
+def test_a_slurm_job_writes_with_its_submitters_umask(
+    slurm_engine: EngineHandle, tmp_path: Path
+) -> None:
+    """As sbatch from her shell would (SLURM_UMASK), not the 077 the engine's sbatch runs
+    under (gpudesk.slurm.commands.SUBMIT_SCRIPT)."""
+    old = os.umask(0o027)
+    try:
+        [job_id] = _submit(
+            slurm_engine, {"name": "umask", "command": ["touch", str(tmp_path / "f")]}
+        )
+    finally:
+        os.umask(old)
+    [ended] = slurm_engine.wait_all_done([job_id], timeout=60)
+    assert ended.state == "succeeded", ended
+    assert oct((tmp_path / "f").stat().st_mode & 0o777) == oct(0o640)
+
+
 def test_exit_code_and_cancel_come_back(slurm_engine: EngineHandle) -> None:
     failing, sleeper = _submit(
         slurm_engine,

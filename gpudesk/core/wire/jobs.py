@@ -76,6 +76,7 @@ class JobSpecView(WireModel, frozen=True):
     after_notok: list[int] = []
     # run as its owner when it ends (submit --notify), its secrets hidden (gpudesk.redact)
     notify: str | None = None
+    umask: int | None = None  # its command's (core/umask.py); null: the engine's (an old client)
 
 
 class UsageFigures(WireModel, frozen=True):

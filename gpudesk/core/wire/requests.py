@@ -24,6 +24,7 @@ import msgspec
 from gpudesk.core.jobs import DEFAULT_CANCEL_GRACE_S, MAX_AFTER, PRIORITY_RANGE
 from gpudesk.core.name_pattern import MAX_NAME_PATTERN, name_pattern_refusal
 from gpudesk.core.protocol import INVALID_ARGS, MAX_LISTING_IDS, MAX_ROW_ID, ProtocolError
+from gpudesk.core.umask import MAX_UMASK
 from gpudesk.core.wire.base import JobStateName
 from gpudesk.text import is_text, safe_text
 
@@ -33,6 +34,9 @@ MAX_HISTORY_POINTS = 600
 MAX_OBSERVATIONS = 10_000  # per model_observe request
 LOG_PIECE_BYTES = 1 << 20  # the most of a log one `log` reply carries (joblog's read step)
 _PRIORITY_SPAN = PRIORITY_RANGE[1] - PRIORITY_RANGE[0]
+
+
+_UMASK_WHY = "must be a umask: a number from 0 to 511 (0o777; umask 027 is 23)"
 
 
 def _why(text: str) -> dict[str, str]:
@@ -123,6 +127,9 @@ class SubmitArgs(OpArgs, frozen=True):
     in_parts: InParts | None = None
     part_of: PartOf | None = None
     first_tasks_alone: FirstTasksAlone = msgspec.field(default_factory=list)
+    # The submitter's umask, each job's that gives none (core/umask.py); absent from an older
+    # client, whose jobs run with the engine's (as an older engine ignores it)
+    umask: Annotated[int, msgspec.Meta(ge=0, le=MAX_UMASK, extra=_why(_UMASK_WHY))] | None = None
 
     def in_parts_problem(self) -> str | None:
         """Why `in_parts` means nothing here (the engine refuses it, not take it silently):

@@ -88,7 +88,7 @@ class SubmitRequests(Requests):
         tasks_of = self._tasks_of(args.first_tasks_alone)
         for index, raw in enumerate(args.jobs):
             try:  # the jobs named as given checked, then an array's id names its tasks too
-                spec = JobSpec.from_dict(raw)
+                spec = JobSpec.from_dict({"umask": args.umask, **raw})  # the submitter's umask
                 self._check_references(index, spec, known)
                 specs.append(spec.with_array_tasks(tasks_of))
             except SpecError as exc:
