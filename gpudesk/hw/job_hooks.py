@@ -214,6 +214,7 @@ class HookRun:
     what: str
     job_id: int = 0
     lane: str = STATION_LANE  # whose turn it waits for: the station's hook, or a member's
+    umask: int = -1  # a --notify's: its job's (its submitter's); -1: the engine's, as Popen's
 
 
 class Lanes:
@@ -352,6 +353,7 @@ def _start(run: HookRun, user: Identity | None) -> subprocess.Popen[bytes]:
         user=user.uid if user else None,
         group=user.gid if user else None,
         extra_groups=list(user.groups) if user else None,
+        umask=run.umask,
     )
 
 
@@ -509,6 +511,7 @@ class JobEndHooks:
                     f"job {job.id}'s --notify (as {job.owner.name})",
                     job.id,
                     f"uid {job.owner.uid}",
+                    -1 if job.spec.umask is None else job.spec.umask,
                 )
             )
         return runs

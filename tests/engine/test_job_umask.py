@@ -34,10 +34,12 @@ def engine_under_002(home: Home) -> Iterator[EngineHandle]:
     handle.client.close()
 
 
-def submit_under(umask: str, workdir: Path, *command: str) -> int:
+def submit_under(umask: str, workdir: Path, *command: str, notify: str | None = None) -> int:
     """`gpudesk submit -- COMMAND` from a shell under `umask`; the job's id."""
     argv = ["sh", "-c", f'umask {umask} && exec "$@"', "sh", sys.executable, "-m", "gpudesk"]
-    argv += ["submit", "--parsable", "-C", str(workdir), "--", *command]
+    argv += ["submit", "--parsable", "-C", str(workdir)]
+    argv += ["--notify", notify] if notify is not None else []
+    argv += ["--", *command]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return int(done.stdout.strip())
@@ -51,13 +53,15 @@ def test_a_job_writes_with_its_submitters_umask(
     engine_under_002: EngineHandle, tmp_path: Path
 ) -> None:
     engine = engine_under_002
-    shared, private = (
-        submit_under(mask, tmp_path, "touch", name) for mask, name in (("022", "a"), ("077", "b"))
-    )
+    shared = submit_under("022", tmp_path, "touch", "a")
+    # its --notify, run as its owner once it ends, writes with its umask too
+    private = submit_under("077", tmp_path, "touch", "b", notify=f"touch {tmp_path}/notified")
     engine.wait_all_done([shared, private])
     assert engine.job(shared).state == "succeeded" and engine.job(private).state == "succeeded"
     assert oct(mode(tmp_path / "a")) == oct(0o644)
     assert oct(mode(tmp_path / "b")) == oct(0o600)
+    wait_for(lambda: (tmp_path / "notified").exists(), what="the job's --notify")
+    assert oct(mode(tmp_path / "notified")) == oct(0o600)
     # `show` says it beside the working directory, as `umask` prints it
     done = subprocess.run(
         [sys.executable, "-m", "gpudesk", "show", str(private)],
