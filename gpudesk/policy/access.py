@@ -60,14 +60,14 @@ class Access:
     def may_act_on(self, caller: Caller, job: JobRecord) -> bool:
         return job.owner.uid == caller.uid or self.is_admin(caller)
 
-    def job_refusal(self, caller: Caller, job: JobRecord, verb: str) -> str | None:
-        """Why `caller` may not `verb` ("cancel", "hold", "see the environment of") `job`, or
+    def job_refusal(self, caller: Caller, job: JobRecord, doing: str) -> str | None:
+        """Why `caller` may not do `doing` ("cancel it", "see its environment") to `job`, or
         None when they may."""
         if self.may_act_on(caller, job):
             return None
         return (
             f"refused: job {job.id} belongs to {job.user}, and only its owner or "
-            f"{self.admins} may {verb} it"
+            f"{self.admins} may {doing}"
         )
 
     def admin_refusal(self, caller: Caller, what: str) -> str | None:

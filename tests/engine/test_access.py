@@ -55,9 +55,11 @@ def personal(home: Home) -> Iterator[Handlers]:
 
 
 def refusal(job_id: int, owner: Caller, verb: str) -> str:
+    """The refusal to `verb` ("cancel", "see its environment") another's job."""
+    doing = verb if " " in verb else f"{verb} it"
     return (
         f"refused: job {job_id} belongs to {owner.name}, and only its owner or a member of "
-        f"{group_name(ADMINS)} may {verb} it"
+        f"{group_name(ADMINS)} may {doing}"
     )
 
 
@@ -119,7 +121,7 @@ def test_every_user_lists_every_job_but_only_the_owner_and_admins_see_its_enviro
     reply = system.call(BOB, "show", job=job, env=True)
     assert reply["error"] == {
         "code": "refused",
-        "message": refusal(job, ADA, "see the environment of"),
+        "message": refusal(job, ADA, "see its environment"),
     }
     for reader in (ADA, ALICE):
         assert system.ok(reader, "show", job=job, env=True)["env"]["SECRET"] == "adas"

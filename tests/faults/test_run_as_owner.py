@@ -294,8 +294,7 @@ def test_the_log_op_serves_the_owner_and_the_admins_only(
     refused = station.call(bob.caller, "log", job=job_id)
     assert refused["error"]["code"] == "refused"
     assert refused["error"]["message"] == (
-        f"refused: job {job_id} belongs to {ada.name}, and only its owner or root may read "
-        "the logs of it"
+        f"refused: job {job_id} belongs to {ada.name}, and only its owner or root may read its logs"
     )
 
 

@@ -31,7 +31,7 @@ class EditRequests(Requests):
         """`refused` for another's job (unless an admin asks), a started or tracked one;
         `invalid_args` naming the field at fault; `unknown_job`. All before anything changes."""
         job = self._find(args.job, "job", caller)
-        refusal = self.parts.access.job_refusal(caller, job, "edit") or self._ended(job.id)
+        refusal = self.parts.access.job_refusal(caller, job, "edit it") or self._ended(job.id)
         refusal = (
             refusal
             or edit_refusal(job)

@@ -185,7 +185,7 @@ class ListingRequests(Requests):
         env = None
         if args.env:
             # The environment can hold secrets: the owner's and the admins' to read only.
-            refusal = parts.access.job_refusal(caller, job, "see the environment of")
+            refusal = parts.access.job_refusal(caller, job, "see its environment")
             if refusal:
                 raise ProtocolError(protocol.REFUSED, refusal)
             env = {**parts.store.base_env(job.id), **job.spec.env}
@@ -215,7 +215,7 @@ class ListingRequests(Requests):
         that were rotated away; `next` the position after it; `end` the stream's end now."""
         parts = self.parts
         job = self._find(args.job, "job", caller)
-        refusal = parts.access.job_refusal(caller, job, "read the logs of")
+        refusal = parts.access.job_refusal(caller, job, "read its logs")
         if refusal:
             raise ProtocolError(protocol.REFUSED, refusal)
         number, offset, limit = args.attempt_of(job.id, job.attempts), args.offset, args.max_bytes
