@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from gpudesk.api.models import JobView
 
 NO_PREPASS = ("full", "rs2")
+PREPASS_COMMAND = ("-m", "gpudesk", "select", "run")  # after the interpreter
 # What of a pre-pass job's log is searched for its output line (printed last): 1 MiB.
 PREPASS_TAIL_BYTES = 1 << 20
 
@@ -38,10 +40,7 @@ def prepass_job(
     as a use: only training jobs are."""
     command = [
         sys.executable,
-        "-m",
-        "gpudesk",
-        "select",
-        "run",
+        *PREPASS_COMMAND,
         dataset.factory,
         "--preset",
         preset,
@@ -80,13 +79,30 @@ def profile_prepasses(profile: Profile) -> list[Prepass]:
     """The pre-pass of each selection the profile's jobs train on that has one, once each."""
     wanted: dict[str, Prepass] = {}
     for spec in profile.jobs:
-        config = profile.datasets.get(spec.dataset or "")
-        if config is None or config.loader is None:
-            continue
-        served = config.loader.variant(spec.selection) if spec.selection else config.loader
-        if served.selection and needs_prepass(served.selection):
-            wanted.setdefault(served.name, Prepass(served, served.selection))
+        needed = prepass_of(profile, spec)
+        if needed is not None:
+            wanted.setdefault(needed.dataset.name, needed)
     return list(wanted.values())
+
+
+def prepass_of(profile: Profile, spec: JobSpec) -> Prepass | None:
+    """The pre-pass the selection `spec` trains on needs (its `dataset.name`: the variant the
+    loader serves, one name for every job on that selection); None where it needs none."""
+    config = profile.datasets.get(spec.dataset or "")
+    if config is None or config.loader is None:
+        return None
+    served = config.loader.variant(spec.selection) if spec.selection else config.loader
+    if served.selection and needs_prepass(served.selection):
+        return Prepass(served, served.selection)
+    return None
+
+
+def is_prepass_job(command: Sequence[str]) -> bool:
+    """Whether a job's command is a pre-pass's (`prepass_job`: `PYTHON -m gpudesk select run
+    ... --no-record-reuse`): what `gpudesk run --attach` records, as `gpudesk run` does. Told
+    by what it runs, not by its name, which a profile's own job may share (a job that runs
+    this command is a pre-pass, and prints the entry `record_prepass` reads)."""
+    return tuple(command[1:5]) == PREPASS_COMMAND and "--no-record-reuse" in command[5:]
 
 
 def prepass_output(job: JobView) -> dict[str, Any] | None:

@@ -40,6 +40,7 @@ from gpudesk.core.protocol import MAX_ROW_ID, REFUSED, UNKNOWN_OP
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
     from gpudesk.api.models import ConfigureResult, JobView, SubmitResult
+    from gpudesk.api.prepass import Prepass
     from gpudesk.core.cluster import ClusterSpec
     from gpudesk.core.datasets import DatasetSpec
     from gpudesk.profile import Profile
@@ -72,6 +73,8 @@ class PrepassResult:
     name: str
     state: str
     output: Mapping[str, Any] | None
+    # the training jobs were queued with it, after it (a detached run: `queue_after_prepasses`)
+    queued_after: bool = False
 
     @property
     def ok(self) -> bool:
@@ -80,10 +83,13 @@ class PrepassResult:
     def describe(self) -> str:
         """One line for a report or a notification."""
         if self.output is None:
-            return (
-                f"pre-pass job {self.job_id} ({self.name}) {self.state}: the profile's jobs "
-                f"were not submitted (gpudesk logs {self.job_id})"
+            then = (
+                "the jobs after it were cancelled, never run"
+                if self.queued_after
+                else "the profile's jobs were not submitted"
             )
+            who = f"pre-pass job {self.job_id} ({self.name})"
+            return f"{who} {self.state}: {then} (gpudesk logs {self.job_id})"
         out = self.output
         how = (
             "reused from the cache"
@@ -374,6 +380,7 @@ class ProfileSubmission:
     station: StationReport | None = None  # what the engine did with [station]; None: none asked
     prepasses: list[PrepassResult] = field(default_factory=list)
     job_ids: list[int] = field(default_factory=list)  # the training jobs; none if a pre-pass failed
+    prepass_ids: list[int] = field(default_factory=list)  # the pre-pass jobs, in `prepasses`' order
 
     @property
     def failed_prepasses(self) -> list[PrepassResult]:
@@ -392,13 +399,16 @@ def submit_profile(
     cluster: ClusterSpec | None = None,
     apply_station: bool = False,
     how_to_apply: str = "",
+    detach: bool = False,
 ) -> ProfileSubmission:
     """Submit a profile: ask for [station] (see StationReport), register [datasets], queue the
     selections' pre-pass jobs, `wait` for them (default: `wait_for_jobs`), record their
     measurements in `cache` (default: the engine's home's; a station's, in the state folder its
     engine names), then queue the training jobs if every pre-pass succeeded. Every job goes in
     `group` (default: a new one for this submission). `on_step` hears of each step as it
-    happens."""
+    happens. `detach`: wait for nothing: the training jobs are queued with the pre-passes
+    (`queue_after_prepasses`), and their measurements are recorded later, by `gpudesk run
+    --attach` (`record_prepasses`)."""
     from gpudesk.api.prepass import profile_prepasses
     from gpudesk.api.state_home import state_home
     from gpudesk.selection.cache import SelectionCache
@@ -423,13 +433,11 @@ def submit_profile(
             client.check_submit(profile.jobs, env=env)
         # where the profile's jobs run: a bundled example's and a streamed one's, here
         workdir = os.getcwd() if profile.streamed or profile.bundled else str(profile.path.parent)
-        queued = _submit(
-            client,
-            [replace(p.job(workdir), cluster=cluster) for p in prepasses],
-            outcome.group,
-            env,
-        )
-        ids = list(queued.ids)
+        jobs = [replace(p.job(workdir), cluster=cluster) for p in prepasses]
+        if detach:
+            return queue_after_prepasses(client, profile, prepasses, jobs, outcome, env, on_step)
+        queued = _submit(client, jobs, outcome.group, env)
+        ids = outcome.prepass_ids = list(queued.ids)
         if on_step is not None:
             on_step(Submitted("prepass", tuple(ids), queued.waits_for_change))
         if wait is None:
@@ -450,3 +458,58 @@ def submit_profile(
     if on_step is not None:
         on_step(Submitted("train", tuple(outcome.job_ids), queued.waits_for_change))
     return outcome
+
+
+def queue_after_prepasses(
+    client: Client,
+    profile: Profile,
+    prepasses: Sequence[Prepass],
+    prepass_jobs: Sequence[JobSpec],
+    outcome: ProfileSubmission,
+    env: Mapping[str, str] | None,
+    on_step: Callable[[Step], None] | None,
+) -> ProfileSubmission:
+    """A detached run's jobs (`gpudesk run --detach`), queued at once in one request, all or
+    none (a refusal queues nothing; a submission too large for one request goes in parts that
+    start as one: gpudesk.api.submit_parts): the pre-pass jobs (`prepass_jobs[k]` runs
+    `prepasses[k]`), then the profile's jobs, each also `after` (afterok) the pre-pass its
+    selection needs, and that one alone. A pre-pass that fails has the engine cancel the jobs
+    after it, which never run (gpudesk.policy.dependencies)."""
+    from gpudesk.api.prepass import prepass_of
+
+    # in one request, -k names its k-th job: the profile's own references to its jobs move
+    # past the pre-passes, which come first
+    moved = len(prepass_jobs)
+    ref = {p.dataset.name: -(k + 1) for k, p in enumerate(prepasses)}
+
+    def past(refs: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(r - moved if r < 0 else r for r in refs)
+
+    training: list[JobSpec] = []
+    for spec in profile.jobs:
+        needed = prepass_of(profile, spec)
+        own = () if needed is None else (ref[needed.dataset.name],)
+        training.append(
+            replace(
+                spec,
+                after=(*past(spec.after), *own),
+                after_any=past(spec.after_any),
+                after_notok=past(spec.after_notok),
+            )
+        )
+    jobs = [*prepass_jobs, *training]
+    origins: list[JobOrigin | None] = [None] * moved + list(profile.origins)
+    with said_at_their_tables(jobs, origins):
+        queued = _submit(client, jobs, outcome.group, env)
+    ids = list(queued.ids)
+    outcome.prepass_ids, outcome.job_ids = ids[:moved], ids[moved:]
+    if on_step is not None:
+        waits = queued.waits_for_change
+        on_step(Submitted("prepass", tuple(outcome.prepass_ids), _of(waits, outcome.prepass_ids)))
+        on_step(Submitted("train", tuple(outcome.job_ids), _of(waits, outcome.job_ids)))
+    return outcome
+
+
+def _of(waits_for_change: Mapping[int, str], ids: Sequence[int]) -> dict[int, str]:
+    """Those of the jobs that wait for a change to the station that are among `ids`."""
+    return {i: why for i, why in waits_for_change.items() if i in set(ids)}

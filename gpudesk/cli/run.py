@@ -70,9 +70,10 @@ _DETACH = typer.Option(
     False,
     "--detach",
     help="Submit the run and return at once, as sbatch does: the engine runs its jobs; "
-    "gpudesk run PROFILE --attach follows it later to its end and reports. Not for a profile "
-    "whose runs start with data-selection pre-passes (its training jobs are submitted once "
-    "those end).",
+    "gpudesk run PROFILE --attach follows it later to its end and reports. A profile's "
+    "data-selection pre-passes are submitted with its jobs, each job after (afterok) the "
+    "pre-pass of its selection: one that fails has the jobs after it cancelled, never run; "
+    "--attach records what each pre-pass cost in the selection cache.",
 )
 
 
@@ -165,7 +166,7 @@ def _refuse_what_does_not_go_together(
             "leave out --apply-station",
             EXIT_USAGE,
         )
-    if detach and (refusal := detach_refusal(loaded, attach=attach, report=report)):
+    if detach and (refusal := detach_refusal(attach=attach, report=report)):
         fail(refusal, EXIT_USAGE)
 
 
@@ -301,20 +302,18 @@ def _followed(
             print(_left_text(left, hint), file=sys.stderr)
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except EngineLost as lost:
-            if not _followable(loaded, lost, simulated) or hint is None:
+            if not _followable(lost, simulated) or hint is None:
                 fail(_lost_text(lost, client.home, simulated, hint), EXIT_NOT_RUNNING)
             _outlast(client, lost, hint)
             attach = True  # the engine is back: follow the run, as --attach does
 
 
-def _followable(loaded: Profile, lost: EngineLost, simulated: str | None) -> bool:
+def _followable(lost: EngineLost, simulated: str | None) -> bool:
     """Whether a run whose engine went away is waited for and followed on (`_outlast`): not on
     a SIMULATED station of its own (nothing starts that engine again), nor where the engine
-    cut its submission short (the parts sent wait, held, for the rest), nor a run that starts
-    with pre-passes (whose results this command records as it goes: --attach refuses it)."""
-    from gpudesk.api.prepass import profile_prepasses
-
-    return simulated is None and lost.whole and not profile_prepasses(loaded)
+    cut its submission short (the parts sent wait, held, for the rest; a run that went while
+    it waited for its pre-passes had not sent its training jobs)."""
+    return simulated is None and lost.whole
 
 
 def _outlast(client: Client, lost: EngineLost, hint: str) -> None:

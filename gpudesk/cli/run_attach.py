@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpudesk.api.submit import profile_of_group, profile_tag, shown_path, tag_of_group
@@ -15,7 +16,10 @@ from gpudesk.core.protocol import JOBS_PAGE_CAP
 from gpudesk.text import printable_line
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpudesk.api.client import Client
+    from gpudesk.api.submit import Step
     from gpudesk.cli.run_progress import Progress
     from gpudesk.cli.run_report import RunReport
     from gpudesk.profile import Profile
@@ -50,17 +54,7 @@ def newest_run(client: Client, profile_name: str, tag: str) -> str | None:
 
 def attached_run(client: Client, profile: Profile) -> tuple[str, float]:
     """The newest run of `profile` (`newest_run`) and when its first job was submitted.
-    NothingToAttach where there is none, or where the profile's runs start with pre-passes,
-    whose results `gpudesk run` itself records as it goes (a run cut short there is run
-    again)."""
-    from gpudesk.api.prepass import profile_prepasses
-
-    if profile_prepasses(profile):
-        raise NothingToAttach(
-            f"--attach: the runs of {profile.name} start with data-selection pre-passes, whose "
-            "results `gpudesk run` records as it goes, so a run cut short is run again, not "
-            "followed: run the profile without --attach"
-        )
+    NothingToAttach where there is none."""
     group = newest_run(client, profile.name, profile_tag(profile))
     if group is None:
         shown = f"bundled {profile.path.name}" if profile.bundled else shown_path(profile.path)
@@ -81,19 +75,46 @@ def announce(progress: Progress, group: str, started: float) -> None:
     progress.say(f"run {printable_line(group)}, submitted {submitted}")
 
 
-def finish(profile: Profile, report: RunReport) -> None:
-    """The attached run's report completed: it ended with its last job, not when it was looked
-    at; the profile's jobs its `gpudesk run` never sent (it stopped while submitting them) are
-    counted, and the run then did not succeed."""
+def finish(
+    client: Client, profile: Profile, report: RunReport, note: Callable[[Step], None]
+) -> None:
+    """The attached run's report completed: its pre-pass jobs recorded (`record_theirs`); it
+    ended with its last job, not when it was looked at; the profile's jobs its `gpudesk run`
+    never sent (it stopped while submitting them) are counted, and the run then did not
+    succeed."""
+    record_theirs(client, report, note)
     report.ended_at = max(
         (j.ended_at or report.ended_at for j in report.jobs), default=report.started_at
     )
-    # counted, not matched by name: a job renamed since (`gpudesk edit --name`) is still sent;
-    # the run's jobs are all the profile's (`attached_run` refuses runs with pre-pass jobs)
-    report.unsubmitted = max(0, len(profile.jobs) - len(report.jobs))
+    # counted, not matched by name: a job renamed since (`gpudesk edit --name`) is still sent
+    trained = [j for j in report.jobs if j.id not in report.prepass_jobs]
+    report.unsubmitted = max(0, len(profile.jobs) - len(trained))
     if report.unsubmitted:
         report.notes.append(
             f"{report.unsubmitted} of the profile's {len(profile.jobs)} jobs were never "
             "submitted: this run's `gpudesk run` stopped while submitting them (run the "
             "profile again to run them)"
         )
+
+
+def record_theirs(client: Client, report: RunReport, note: Callable[[Step], None]) -> None:
+    """The run's pre-pass jobs (`is_prepass_job`), each told to `note` as a followed run tells
+    them, and what the engine measured of those that computed a selection written into its
+    cache entry, where no run recorded it yet (`SelectionCache.record_job_cost`): a detached
+    run's (`gpudesk run --detach`), whose pre-passes no command waited for. The cache is this
+    user's, as the pre-pass job's was (`SelectionCache.used_with`: a member's own on a
+    station)."""
+    from gpudesk.api.prepass import is_prepass_job
+    from gpudesk.api.state_home import state_home
+    from gpudesk.api.submit import record_prepasses
+    from gpudesk.selection.cache import SelectionCache
+
+    ids = [j.id for j in report.jobs if is_prepass_job(j.spec.command)]
+    if not ids:
+        return
+    # a detached run queued its training jobs with its pre-passes: a failed one cancelled
+    # those after it (a run cut short while its pre-passes ran has none: never submitted)
+    queued_after = len(ids) < len(report.jobs)
+    cache = SelectionCache.used_with(state_home(client.home, client))
+    for result in record_prepasses(client, ids, cache):
+        note(replace(result, queued_after=queued_after))

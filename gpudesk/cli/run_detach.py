@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
 from gpudesk import render
@@ -25,11 +25,9 @@ if TYPE_CHECKING:
     from gpudesk.profile import Profile
 
 
-def detach_refusal(profile: Profile, *, attach: bool, report: Path | None) -> str | None:
-    """Why `--detach` cannot go with the rest of the command line, or with this profile; None
-    where it can. Said before anything is submitted."""
-    from gpudesk.api.prepass import profile_prepasses
-
+def detach_refusal(*, attach: bool, report: Path | None) -> str | None:
+    """Why `--detach` cannot go with the rest of the command line; None where it can. Said
+    before anything is submitted."""
     if attach:
         return "--detach submits a run, --attach follows one already submitted: give one of them"
     if report is not None:
@@ -37,24 +35,20 @@ def detach_refusal(profile: Profile, *, attach: bool, report: Path | None) -> st
             "--detach: the report is made once the run's jobs have ended; ask for it then with "
             "gpudesk run PROFILE --attach --report FILE"
         )
-    if profile_prepasses(profile):
-        return (
-            f"--detach: the runs of {profile.name} start with data-selection pre-passes, and "
-            "their training jobs are submitted once those end, by the `gpudesk run` that "
-            "follows them: run the profile without --detach (in tmux or screen, to leave it)"
-        )
     return None
 
 
 @dataclass(frozen=True)
 class Detached:
-    """A run submitted and left to the engine: its `run_group` name and its jobs."""
+    """A run submitted and left to the engine: its `run_group` name, the profile's jobs, and
+    the selections' pre-pass jobs that those run after."""
 
     group: str
     ids: list[int]
+    prepass_ids: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
-        return {"group": self.group, "ids": self.ids}
+        return {"group": self.group, "ids": self.ids, "prepass_ids": self.prepass_ids}
 
 
 def submit_detached(
@@ -85,8 +79,9 @@ def submit_detached(
         cluster=cluster,
         apply_station=apply_station,
         how_to_apply=how_to_apply,
+        detach=True,
     )
-    return Detached(outcome.group, outcome.job_ids)
+    return Detached(outcome.group, outcome.job_ids, outcome.prepass_ids)
 
 
 def submitted_all_the_same(step: Submitted, group: str, prefix: str) -> None:
@@ -109,10 +104,12 @@ def detached_text(detached: Detached, attach: str | None, prefix: str) -> str:
     pipe). `prefix`: what `gpudesk queue` needs before it to reach the run's engine (a
     SIMULATED station's own home; `gpudesk run --attach` finds that station from the profile
     itself)."""
-    ids = detached.ids
-    span = consecutive(ids)
-    listed = f"{ids[0]}-{ids[-1]}" if span and len(ids) > 1 else " ".join(map(str, ids))
-    jobs = f"{len(ids)} job(s): {listed}" if len(ids) <= 10 or span else f"{len(ids)} jobs"
+    jobs = _listed(detached.ids)
+    if detached.prepass_ids:
+        jobs = (
+            f"{_listed(detached.prepass_ids, 'pre-pass job')}, then {_listed(detached.ids)} "
+            "(a job on a selection starts once its pre-pass has succeeded)"
+        )
     group = shlex.quote(detached.group)
     said = f"submitted run {detached.group}, {jobs}; the engine runs it without this command."
     width = render.terminal_width()
@@ -128,6 +125,14 @@ def detached_text(detached: Detached, attach: str | None, prefix: str) -> str:
         printable_line(f"  cancel it:    {prefix}gpudesk cancel --group {group}"),
         printable_line(f"  its report:   {report}"),
     ]
+    if detached.prepass_ids:
+        # the engine cancels a job whose `after` job failed (gpudesk.policy.dependencies)
+        lines.append(
+            "  a pre-pass that fails: the jobs after it are cancelled, never run (gpudesk show "
+            "JOB says why)"
+        )
+        recorded = "by its --attach" if attach else "never: --attach needs the profile's file"
+        lines.append(f"  pre-pass cost: recorded in the selection cache {recorded}")
     if prefix:
         # A followed run's station stops when its last run ends (own_station); a detached
         # run leaves, so nothing stops it until a run is followed there or it is stopped.
@@ -136,3 +141,10 @@ def detached_text(detached: Detached, attach: str | None, prefix: str) -> str:
             printable_line(f"  its station:  left running; {stop}{prefix}gpudesk engine stop")
         )
     return "\n".join(lines)
+
+
+def _listed(ids: list[int], what: str = "job") -> str:
+    """`3 job(s): 7-9`, `2 job(s): 4 6`; `40 jobs` where 10 or more are not consecutive."""
+    span = consecutive(ids)
+    listed = f"{ids[0]}-{ids[-1]}" if span and len(ids) > 1 else " ".join(map(str, ids))
+    return f"{len(ids)} {what}(s): {listed}" if len(ids) <= 10 or span else f"{len(ids)} {what}s"

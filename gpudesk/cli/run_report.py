@@ -508,7 +508,7 @@ def run_profile(
         progress.close()
     _finish(client, report, cluster)
     if attach:
-        run_attach.finish(profile, report)
+        run_attach.finish(client, profile, report, note)
     return report
 
 

@@ -194,12 +194,14 @@ class SelectionCache:
     def record_job_cost(
         self, key: str, job: int, wall_s: float | None, cpu_s: float | None, energy_j: float | None
     ) -> None:
-        """Add what the engine measured of the job that computed the entry."""
+        """Add what the engine measured of the job that computed the entry, once: an entry
+        that names its job already keeps it (`gpudesk run --attach` records a run's pre-passes
+        again, and only those its `gpudesk run` did not: one that was not followed)."""
 
         def update(meta: dict[str, Any]) -> None:
-            meta.setdefault("cost", {}).update(
-                job=job, job_wall_s=wall_s, job_cpu_s=cpu_s, energy_j=energy_j
-            )
+            cost = meta.setdefault("cost", {})
+            if cost.get("job") is None:
+                cost.update(job=job, job_wall_s=wall_s, job_cpu_s=cpu_s, energy_j=energy_j)
 
         self._update_meta(key, update)
 

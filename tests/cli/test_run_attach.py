@@ -84,7 +84,7 @@ def test_attach_says_what_a_cut_short_submission_never_sent(
     assert "p: 1 succeeded in " in text
 
 
-def test_attach_with_nothing_to_follow_or_after_pre_passes_is_one_paragraph(
+def test_attach_with_nothing_to_follow_is_one_paragraph(
     engine: EngineHandle, tmp_path: Path
 ) -> None:
     profile = gated_profile(tmp_path, tmp_path / "gate")
@@ -95,9 +95,11 @@ def test_attach_with_nothing_to_follow_or_after_pre_passes_is_one_paragraph(
     both = gpudesk("run", str(profile), "--attach", "--apply-station")
     assert both.returncode == 2 and "leave out --apply-station" in both.stderr
     selection = Path(__file__).resolve().parents[2] / "profiles" / "selection-costly.toml"
+    # a profile whose runs start with pre-passes is followed as any (a detached run's are
+    # queued with its jobs): none here either
     prepass = gpudesk("run", str(selection), "--attach")
     assert prepass.returncode == 1, prepass.stdout + prepass.stderr
-    assert "start with data-selection pre-passes" in prepass.stderr
+    assert "error: --attach: you have no run of " in prepass.stderr, prepass.stderr
     assert engine.client.request("jobs")["jobs"] == []
 
 
@@ -146,11 +148,10 @@ def test_detach_with_what_it_cannot_go_with_is_one_paragraph(
     engine: EngineHandle, tmp_path: Path
 ) -> None:
     profile = gated_profile(tmp_path, tmp_path / "gate")
-    selection = Path(__file__).resolve().parents[2] / "profiles" / "selection-costly.toml"
+    # (a profile whose runs start with pre-passes is detached too: test_run_detach_prepass.py)
     for args, said in (
         ((str(profile), "--detach", "--attach"), "give one of them"),
         ((str(profile), "--detach", "--report", str(tmp_path / "r.txt")), "--attach --report"),
-        ((str(selection), "--detach"), "start with data-selection pre-passes"),
     ):
         refused = gpudesk("run", *args)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr

@@ -26,3 +26,21 @@ def test_a_detached_run_on_the_users_engine_says_nothing_of_stopping_it() -> Non
     text = detached_text(RUN, ATTACH, "")
     assert "its station" not in text and "engine stop" not in text
     assert text.splitlines()[-1] == f"  its report:   {ATTACH}  (follows it to its end)"
+
+
+def test_a_detached_run_with_prepasses_lists_them_and_where_their_cost_is_recorded() -> None:
+    run = Detached("sel@20261206-1400.42.0123abcd", [5, 6, 7], [3, 4])
+    text = detached_text(run, ATTACH, "")
+    said = " ".join(text.split())
+    assert (
+        "2 pre-pass job(s): 3-4, then 3 job(s): 5-7 (a job on a selection starts once its "
+        "pre-pass has succeeded)"
+    ) in said, text
+    assert text.splitlines()[-1] == (
+        "  pre-pass cost: recorded in the selection cache by its --attach"
+    )
+    # from a pipe: no --attach, so nothing records it
+    piped = detached_text(run, None, "")
+    assert piped.splitlines()[-1].endswith("never: --attach needs the profile's file"), piped
+    # no pre-pass: no word of them
+    assert "pre-pass" not in detached_text(RUN, ATTACH, "")

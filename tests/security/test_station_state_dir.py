@@ -274,6 +274,53 @@ def test_a_members_run_of_a_profile_with_a_selection_caches_it_in_her_home(
     assert (_files(roots) if roots.exists() else {}) == before
 
 
+def test_a_members_detached_run_records_its_prepass_in_her_home_when_she_attaches(
+    user_station: Station,
+) -> None:
+    """A member's `gpudesk run --detach` of a profile with a `selection`: its pre-pass job and
+    its training job, after it, are queued at once and run as her; the pre-pass caches in her
+    own home; her `--attach` then records the job's cost there, in her process (no new path
+    for root: the engine never writes a member's cache); root's cache is untouched."""
+    station = user_station
+    folder = station.state_dir.parent / "ada-detached"  # her jobs run here: 0755, as its parent
+    folder.mkdir(mode=0o755, exist_ok=True)
+    profile = folder / "sel.toml"
+    text = PROFILE.format(python=json.dumps(station.python), script=json.dumps(READER))
+    # not the entry nor the loader of the test above (its producer may still serve it)
+    for was, now in (("size = 48", "size = 40"), ("syn", "syd"), ("sydthetic", "synthetic")):
+        text = text.replace(was, now)
+    profile.write_text(text)
+    profile.chmod(0o644)
+    specs = [d.loader.to_dict() for d in load_profile(profile).datasets.values() if d.loader]
+    station.ok(None, "datasets", datasets=specs)
+    roots = station.state_dir / "selection"
+    before = _files(roots) if roots.exists() else {}
+
+    done = station.gpudesk_as("ada", "run", str(profile), "--detach", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    detached = json.loads(done.stdout)
+    waited = station.gpudesk_as("ada", "wait", "--group", detached["group"])
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    jobs = {j["id"]: j for j in station.ok(None, "jobs", group=detached["group"])["jobs"]}
+    (prepass_id,), (train_id,) = detached["prepass_ids"], detached["ids"]
+    assert jobs[train_id]["spec"]["after"] == [prepass_id]
+    assert {j["user"] for j in jobs.values()} == {station.users["ada"].name}
+
+    def entry() -> object:
+        [found] = [
+            e
+            for e in SelectionCache(_member_cache(station, "ada")).entries()
+            if e.method == "random" and len(e.order) == 40
+        ]
+        return found.cost.job
+
+    assert entry() is None  # nothing waited for the pre-pass: not recorded yet
+    attached = station.gpudesk_as("ada", "run", str(profile), "--attach")
+    assert attached.returncode == 0, attached.stdout + attached.stderr
+    assert entry() == prepass_id  # recorded by her client, in her cache
+    assert (_files(roots) if roots.exists() else {}) == before
+
+
 # A member's script asking for a loader no producer serves; `waited`: as a job the engine started
 # a producer for does (GPUDESK_DATASET), its wait for it cut short
 NO_LOADER = (
