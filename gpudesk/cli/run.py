@@ -73,7 +73,8 @@ _DETACH = typer.Option(
     "gpudesk run PROFILE --attach follows it later to its end and reports. A profile's "
     "data-selection pre-passes are submitted with its jobs, each job after (afterok) the "
     "pre-pass of its selection: one that fails has the jobs after it cancelled, never run; "
-    "--attach records what each pre-pass cost in the selection cache.",
+    "--attach records what each pre-pass cost in the selection cache. Refused on Slurm (a "
+    "Slurm job reads no selection: docs/slurm.md).",
 )
 
 
@@ -106,8 +107,8 @@ def run(
     if not detach:  # its exit status is its jobs': a reader that leaves does not end it
         follow_to_the_end()
     loaded = _loaded(profile)
-    _refuse_what_does_not_go_together(loaded, attach, detach, apply_station, report)
     cluster = target_cluster(on, loaded.cluster, partition=partition, account=account, qos=qos)
+    _refuse_what_does_not_go_together(loaded, cluster, attach, detach, apply_station, report)
     _check_before_submitting(loaded, cluster, report)
     progress = sys.stderr if json_out else sys.stdout
     source = f"{profile} (gpudesk's bundled example)" if loaded.bundled else str(profile)
@@ -147,7 +148,12 @@ def run(
 
 
 def _refuse_what_does_not_go_together(
-    loaded: Profile, attach: bool, detach: bool, apply_station: bool, report: Path | None
+    loaded: Profile,
+    cluster: ClusterSpec | None,
+    attach: bool,
+    detach: bool,
+    apply_station: bool,
+    report: Path | None,
 ) -> None:
     """Options that cannot go together, or with this profile: one paragraph (exit 2), before
     anything is submitted."""
@@ -166,7 +172,7 @@ def _refuse_what_does_not_go_together(
             "leave out --apply-station",
             EXIT_USAGE,
         )
-    if detach and (refusal := detach_refusal(attach=attach, report=report)):
+    if detach and (refusal := detach_refusal(loaded, cluster, attach=attach, report=report)):
         fail(refusal, EXIT_USAGE)
 
 
