@@ -85,6 +85,20 @@ def profile_prepasses(profile: Profile) -> list[Prepass]:
     return list(wanted.values())
 
 
+def profile_selections(profile: Profile) -> list[Prepass]:
+    """Each data selection the profile's jobs train on, once each, with a pre-pass or not
+    (`full`, the whole dataset, is none): what a producer serves them and nothing else does."""
+    wanted: dict[str, Prepass] = {}
+    for spec in profile.jobs:
+        config = profile.datasets.get(spec.dataset or "")
+        if config is None or config.loader is None:
+            continue
+        served = config.loader.variant(spec.selection) if spec.selection else config.loader
+        if served.selection and parse_preset(served.selection).method != "full":
+            wanted.setdefault(served.name, Prepass(served, served.selection))
+    return list(wanted.values())
+
+
 def prepass_of(profile: Profile, spec: JobSpec) -> Prepass | None:
     """The pre-pass the selection `spec` trains on needs (its `dataset.name`: the variant the
     loader serves, one name for every job on that selection); None where it needs none."""

@@ -46,7 +46,9 @@ _ON = typer.Option(
     None,
     "--on",
     help="Where the jobs run: station, or slurm (the profile's [cluster], or a default "
-    "one; docs/slurm.md). Default: slurm when the profile has a [cluster], else station.",
+    "one; docs/slurm.md). Default: slurm when the profile has a [cluster], else station. "
+    "A profile whose jobs train on a data selection runs on the station only (a Slurm job "
+    "reads no selection).",
 )
 _PARTITION = typer.Option(None, "--partition", help="Slurm partition.")
 _ACCOUNT = typer.Option(None, "--account", help="Slurm account.")
@@ -73,8 +75,7 @@ _DETACH = typer.Option(
     "gpudesk run PROFILE --attach follows it later to its end and reports. A profile's "
     "data-selection pre-passes are submitted with its jobs, each job after (afterok) the "
     "pre-pass of its selection: one that fails has the jobs after it cancelled, never run; "
-    "--attach records what each pre-pass cost in the selection cache. Refused on Slurm (a "
-    "Slurm job reads no selection: docs/slurm.md).",
+    "--attach records what each pre-pass cost in the selection cache.",
 )
 
 
@@ -172,8 +173,31 @@ def _refuse_what_does_not_go_together(
             "leave out --apply-station",
             EXIT_USAGE,
         )
-    if detach and (refusal := detach_refusal(loaded, cluster, attach=attach, report=report)):
+    if detach and (refusal := detach_refusal(attach=attach, report=report)):
         fail(refusal, EXIT_USAGE)
+    if cluster is not None and not attach and (refusal := _selections_on_slurm(loaded)):
+        fail(refusal, EXIT_USAGE)
+
+
+def _selections_on_slurm(profile: Profile) -> str | None:
+    """A profile whose jobs train on data selections cannot run on Slurm as it asks: a Slurm
+    job has no shared loader producer, and its SharedLoader's local fallback reads the
+    factory's whole dataset, not the selection (docs/slurm.md, "The shared data loader").
+    Refused rather than trained on data the profile did not ask for, its pre-passes run for
+    nothing."""
+    from gpudesk.api.prepass import profile_selections
+
+    selections = profile_selections(profile)
+    if not selections:
+        return None
+    named = ", ".join(f"{p.preset} of {p.dataset.name}" for p in selections)
+    return (
+        f"on Slurm: the jobs of {profile.name} train on data selections ({named}), and a job "
+        "on Slurm reads no selection: with no shared loader producer on the cluster, its "
+        "SharedLoader reads the factory's whole dataset (docs/slurm.md), so its jobs would "
+        "train on all of the data, after any pre-pass ran for nothing. Run it on the station "
+        "(--on station), or on Slurm without the selection. Nothing was submitted."
+    )
 
 
 def _detach(

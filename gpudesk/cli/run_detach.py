@@ -25,11 +25,9 @@ if TYPE_CHECKING:
     from gpudesk.profile import Profile
 
 
-def detach_refusal(
-    profile: Profile, cluster: ClusterSpec | None, *, attach: bool, report: Path | None
-) -> str | None:
-    """Why `--detach` cannot go with the rest of the command line, or with this profile on
-    `cluster`; None where it can. Said before anything is submitted."""
+def detach_refusal(*, attach: bool, report: Path | None) -> str | None:
+    """Why `--detach` cannot go with the rest of the command line; None where it can. Said
+    before anything is submitted."""
     if attach:
         return "--detach submits a run, --attach follows one already submitted: give one of them"
     if report is not None:
@@ -37,28 +35,7 @@ def detach_refusal(
             "--detach: the report is made once the run's jobs have ended; ask for it then with "
             "gpudesk run PROFILE --attach --report FILE"
         )
-    return None if cluster is None else _prepasses_on_slurm(profile)
-
-
-def _prepasses_on_slurm(profile: Profile) -> str | None:
-    """A detached run's pre-passes would run on Slurm for nothing: a Slurm job has no shared
-    loader producer, and its SharedLoader's local fallback reads the factory's whole dataset,
-    not the selection a pre-pass cached (docs/slurm.md, "The shared data loader"). Refused
-    rather than trained on data the profile did not ask for."""
-    from gpudesk.api.prepass import profile_prepasses
-
-    prepasses = profile_prepasses(profile)
-    if not prepasses:
-        return None
-    named = ", ".join(f"{p.preset} of {p.dataset.name}" for p in prepasses)
-    return (
-        f"--detach on Slurm: the jobs of {profile.name} train on data selections that start "
-        f"with a pre-pass ({named}), and a job on Slurm reads no selection: with no shared "
-        "loader producer on the cluster, its SharedLoader reads the factory's whole dataset "
-        "(docs/slurm.md), so the pre-pass would run for nothing and the jobs would train on "
-        "all of the data. Run it on the station (--on station), or on Slurm without the "
-        "selection. Nothing was submitted."
-    )
+    return None
 
 
 @dataclass(frozen=True)

@@ -218,14 +218,15 @@ def test_after_chain_with_failing_parent_cancels_the_child(slurm_engine: EngineH
     assert ended[child].started_at is None
 
 
-def test_a_detached_run_on_slurm_of_a_profile_with_a_prepass_is_refused_and_sends_nothing(
+def test_a_run_on_slurm_of_a_profile_with_a_selection_is_refused_and_sends_nothing(
     slurm_engine: EngineHandle, cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    """`gpudesk run --on slurm --detach` of a profile whose job trains on a selection with a
-    pre-pass: a Slurm job reads no selection (its SharedLoader has no producer there and reads
-    the factory's whole dataset), so the pre-pass would run for nothing. Refused in one
-    paragraph, exit 2, before anything reaches the engine or sbatch. (Before, the pre-pass and
-    the job went to Slurm, the job `--dependency=afterok` on it, and read all 120 samples.)"""
+    """`gpudesk run --on slurm` (followed or `--detach`) of a profile whose job trains on a data
+    selection: a Slurm job reads no selection (its SharedLoader has no producer there and reads
+    the factory's whole dataset), so it would train on all of the data, after a pre-pass run for
+    nothing. Refused in one paragraph, exit 2, before anything reaches the engine or sbatch.
+    (Before, the pre-pass and the job went to Slurm, the job `--dependency=afterok` on it, and
+    read all 120 samples.)"""
     profile = tmp_path / "sel.toml"
     profile.write_text(
         'name = "sel"\n[datasets.syn]\nfactory = "gpudesk.workloads.synthetic:make_dataset"\n'
@@ -234,15 +235,16 @@ def test_a_detached_run_on_slurm_of_a_profile_with_a_prepass_is_refused_and_send
     )
     before = slurm_engine.client.request("jobs", archived=True)["jobs"]
     queued_before = cluster.run("squeue", "-h", "-o", "%i")
-    done = _cli("run", str(profile), "--on", "slurm", "--partition", PARTITION, "--detach")
-    said = " ".join(done.stderr.split())
-    assert done.returncode == 2, done.stdout + said
-    assert said.startswith(
-        "error: --detach on Slurm: the jobs of sel train on data selections that start with a "
-        "pre-pass (random-25 of syn), and a job on Slurm reads no selection: "
-    ), said
-    assert said.endswith("Nothing was submitted."), said
-    assert "Traceback" not in said and "--on station" in said
+    for how in (["--detach"], []):
+        done = _cli("run", str(profile), "--on", "slurm", "--partition", PARTITION, *how)
+        said = " ".join(done.stderr.split())
+        assert done.returncode == 2, done.stdout + said
+        assert said.startswith(
+            "error: on Slurm: the jobs of sel train on data selections (random-25 of syn), and "
+            "a job on Slurm reads no selection: "
+        ), said
+        assert said.endswith("Nothing was submitted."), said
+        assert "Traceback" not in said and "--on station" in said
     assert slurm_engine.client.request("jobs", archived=True)["jobs"] == before
     assert cluster.run("squeue", "-h", "-o", "%i") == queued_before
 
