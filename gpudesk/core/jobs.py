@@ -522,6 +522,13 @@ class JobSpec:
             raise SpecError(
                 "selection", "a selection applies to the job's dataset: name the dataset too"
             )
+        if values.get("cluster") and values.get("selection") not in (None, "full"):
+            raise SpecError(
+                "selection",
+                "a job on Slurm reads no selection: with no shared loader producer on the "
+                "cluster its SharedLoader reads its factory's whole dataset (docs/slurm.md); "
+                "leave out the selection, or run the job on the station",
+            )
         if problem := never_met(values.get("after", ()), values.get("after_notok", ())):
             raise SpecError("after_notok", problem)
         return cls(**values)

@@ -58,6 +58,11 @@ def record(
         ({"name": "x", "command": ["a"], "after": [True]}, "after", "whole numbers from 1"),
         ({"name": "x", "command": ["a"], "after": [2**63]}, "after", "whole numbers from 1"),
         ({"name": "x", "command": ["a"], "after": list(range(1, 102))}, "after", "at most 100"),
+        (
+            {"name": "x", "command": ["a"], "dataset": "d", "selection": "el2n-25", "cluster": {}},
+            "selection",
+            "a job on Slurm reads no selection",
+        ),
     ],
 )
 def test_spec_errors_name_the_field(data: dict, key: str, fragment: str) -> None:
