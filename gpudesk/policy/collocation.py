@@ -164,7 +164,7 @@ class SharingPolicy:
             AsIs(self.rules, station),
         )
         plan, no_room, as_is = run.plan, run.no_room, run.as_is
-        cpu_slots = station.free_slots
+        cpu_slots: list[str] | None = None  # the free CPU slots, once a CPU job is met
         largest = largest_gpu_mib(station)
         # Jobs whose memory figure is certainly usable skip the full check (a long queue is
         # mostly such jobs): below what the largest GPU offers alone and below the share where
@@ -185,6 +185,8 @@ class SharingPolicy:
             spec = job.spec
             gpus = spec.gpus
             if not gpus:
+                if cpu_slots is None:
+                    cpu_slots = station.free_slots
                 if cpu_slots:
                     plan.placements.append(cpu_placement(job, cpu_slots.pop(0), station))
                 continue
@@ -375,9 +377,7 @@ class SharingPolicy:
         speed there, minus what it costs the tenants it joins), less, for an idle GPU, what
         it takes from the jobs behind that need one. `queued_after`: how many jobs wait
         behind it (at the queue's tail a job may join where it finishes sooner: tail_join)."""
-        hosts = plan.hosts(station, self.mode, job.owner.uid)
-        if exclude:
-            hosts = [h for h in hosts if h.gpu.index not in exclude]
+        hosts = plan.hosts(station, self.mode, job.owner.uid, exclude)
         if self._whole(job.spec.gpus, demand.exclusive):
             return self._whole_gpus(job, demand, [h.gpu for h in hosts])
         options: list[Choice] = []

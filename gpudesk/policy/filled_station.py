@@ -32,6 +32,7 @@ from gpudesk.policy.policy import (
     StationView,
     Tenant,
     gpu_env,
+    made_frozen,
 )
 
 
@@ -53,7 +54,9 @@ class Choice:
     why: Callable[[], str] | None = None  # writes `reason` for an option that is chosen
 
     def alternative(self, note: str = "") -> Alternative:
-        return Alternative(slot_of(self), self.mode, self.rate, self.value, note)
+        values = {"slot": slot_of(self), "mode": self.mode, "rate": self.rate, "gain": self.value}
+        values["note"] = note
+        return made_frozen(Alternative, values)  # a placed job records up to six
 
 
 @dataclass
@@ -198,6 +201,13 @@ class FilledStation:
     _mps_uids: tuple[int, ...] = ()  # the users the usable GPUs' MPS servers serve
     _idle: set[int] | None = None  # the GPUs no job has joined (`idle_indices`)
     _foreign: dict[int, Host] = field(default_factory=dict)  # GPU index -> its foreign host
+    # the last `hosts` without GPUs held: (the hosts, the GPUs left out, what was left)
+    _excluded: tuple[list[Host], frozenset[int], list[Host]] | None = None
+    # (GPUs, MIG slice) -> the first GPU as the station has it, its environment and the threads
+    # a job there gets: the same for every placement of the pass there (`_placement`)
+    _placing: dict[tuple[tuple[int, ...], str | None], tuple[GpuState, dict[str, str], str]] = (
+        field(default_factory=dict)
+    )
     # GPU model -> its parameters, with each mechanism's costs at the top of their range
     # (`worst_params`), and the hosts' shared scores under them (`params_scores`): asked for
     # every new state of a GPU, the same within a pass
@@ -218,10 +228,29 @@ class FilledStation:
             known = self._params[gpu.model] = (params, worst, scores)
         return known
 
-    def hosts(self, station: StationView, mode: str, uid: int | None = None) -> list[Host]:
+    def hosts(
+        self,
+        station: StationView,
+        mode: str,
+        uid: int | None = None,
+        exclude: set[int] | frozenset[int] = frozenset(),
+    ) -> list[Host]:
         """Every GPU not lost as a `Host` for a job of user `uid`, each cached until a job is
-        placed there. A GPU whose MPS server serves another user's jobs is that GPU's
-        `foreign_host` (one user's station never has one)."""
+        placed there, but those in `exclude`. A GPU whose MPS server serves another user's
+        jobs is that GPU's `foreign_host` (one user's station never has one)."""
+        hosts = self._hosts_of(station, mode, uid)
+        if not exclude:
+            return hosts
+        # The GPUs held for a waiting job are the same for most jobs of a pass after it: the
+        # list without them is kept until the hosts or the GPUs held change.
+        kept = self._excluded
+        if kept is not None and kept[0] is hosts and kept[1] == exclude:
+            return kept[2]
+        left = [h for h in hosts if h.gpu.index not in exclude]
+        self._excluded = (hosts, frozenset(exclude), left)
+        return left
+
+    def _hosts_of(self, station: StationView, mode: str, uid: int | None) -> list[Host]:
         if self._usable is None or self._placed:
             if self._usable is None:
                 usable = [self._host(g, station, mode) for g in self.gpus.values() if not g.lost]
@@ -391,14 +420,20 @@ class FilledStation:
         for index in choice.gpus:
             gpu = self.gpus[index]
             slice_key = choice.mig_slice.key if choice.mig_slice else None
-            tenant = Tenant(
-                job.id,
-                choice.mode,
-                memory,
-                demand.sm_pct,
-                slice_key,
-                demand.membw_pct,
-                uid=job.owner.uid,
+            tenant = made_frozen(
+                Tenant,
+                {
+                    "job_id": job.id,
+                    "mode": choice.mode,
+                    "memory_mib": memory,
+                    "sm_pct": demand.sm_pct,
+                    "mig_slice": slice_key,
+                    "membw_pct": demand.membw_pct,
+                    "thread_pct": None,
+                    "uid": job.owner.uid,
+                    "remaining_s": None,
+                    "measured_remaining_s": None,
+                },
             )
             slices = gpu.mig_slices
             if choice.mig_slice is not None:
@@ -408,9 +443,52 @@ class FilledStation:
         self._placed.update(choice.gpus)
         if self._idle is not None:
             self._idle.difference_update(choice.gpus)
-        placement = placement_of(job, demand, choice, station)
+        placement = self._placement(job, demand, choice, station)
         self.placements.append(placement)
         return placement
+
+    def _placement(
+        self, job: JobRecord, demand: Demand, choice: Choice, station: StationView
+    ) -> Placement:
+        """The `Placement` of the job as `choice` says, its environment from the station's
+        GPUs as they were before this pass (`gpu_env`: their indices and UUIDs, which a pass
+        never changes)."""
+        mig_slice = choice.mig_slice.key if choice.mig_slice else None
+        # what every placement on the same GPUs shares, worked out once a pass
+        shared = self._placing.get((choice.gpus, mig_slice))
+        if shared is None:
+            gpus = [station_gpu(station, i) for i in choice.gpus]
+            threads = str(station.threads_per_gpu * len(choice.gpus))
+            shared = (gpus[0], gpu_env(station, gpus, mig_slice), threads)
+            self._placing[(choice.gpus, mig_slice)] = shared
+        first, env, threads = shared
+        limit: int | None = None
+        if choice.mode == "mps" and choice.mps_limits:
+            # Alone on a GPU a job may grow into all of it (an underestimate costs nobody); next
+            # to others it may grow into what they left free (its need and margin fit there: it
+            # was admitted so), never into what they hold.
+            limit = math.floor(
+                first.memory_total_mib - RESERVE_MIB if choice.alone else choice.free_mib
+            )
+        # No active-thread cap (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): a cap is fixed when the
+        # client starts and outlives the co-tenants it was meant for, and below a kernel's width
+        # it slows the job (interference.cap_factor) while the model predicts nothing gained
+        # for the others.
+        values = {
+            "job_id": job.id,
+            "slot": slot_of(choice),
+            "mode": choice.mode,
+            "reason": choice.reason,
+            "gpus": choice.gpus,
+            "env": dict(env),  # each placement's own
+            "env_defaults": {"OMP_NUM_THREADS": threads},
+            "demand": demand.to_dict(),
+            "mig_slice": mig_slice,
+            "mps_thread_pct": None,
+            "mps_memory_limit_mib": limit,
+            "alternatives": choice.alternatives,
+        }
+        return made_frozen(Placement, values)
 
 
 def slot_of(choice: Choice) -> str:
@@ -422,35 +500,6 @@ def slot_of(choice: Choice) -> str:
     if choice.mode in ("mps", "naive"):
         return f"gpu:{listed}/{choice.mode}"
     return f"gpu:{listed}"
-
-
-def placement_of(job: JobRecord, demand: Demand, choice: Choice, station: StationView) -> Placement:
-    gpus = [station_gpu(station, i) for i in choice.gpus]
-    env = gpu_env(station, gpus, choice.mig_slice.key if choice.mig_slice else None)
-    limit: int | None = None
-    if choice.mode == "mps" and choice.mps_limits:
-        # Alone on a GPU a job may grow into all of it (an underestimate costs nobody); next to
-        # others it may grow into what they left free (its need and margin fit there: it was
-        # admitted so), never into what they hold.
-        limit = math.floor(
-            gpus[0].memory_total_mib - RESERVE_MIB if choice.alone else choice.free_mib
-        )
-    # No active-thread cap (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): a cap is fixed when the client
-    # starts and outlives the co-tenants it was meant for, and below a kernel's width it slows
-    # the job (interference.cap_factor) while the model predicts nothing gained for the others.
-    return Placement(
-        job_id=job.id,
-        slot=slot_of(choice),
-        mode=choice.mode,
-        reason=choice.reason,
-        gpus=choice.gpus,
-        env=env,
-        env_defaults={"OMP_NUM_THREADS": str(station.threads_per_gpu * len(choice.gpus))},
-        demand=demand.to_dict(),
-        mig_slice=choice.mig_slice.key if choice.mig_slice else None,
-        mps_memory_limit_mib=limit,
-        alternatives=choice.alternatives,
-    )
 
 
 def worst_params(station: StationView, gpu: GpuState) -> dict[str, ModelParams]:

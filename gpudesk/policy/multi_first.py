@@ -34,16 +34,18 @@ from gpudesk.policy.station_fit import Ask
 def held_behind(run: Pass, position: int, ask_of: Callable[[JobRecord], Ask]) -> frozenset[int]:
     """The idle GPUs (not held already) the job at `position` leaves to the first multi-GPU job
     in the look-ahead window behind it, which needs `ask_of` it (`held_for_multi`)."""
-    free = run.plan.idle_indices() - run.reserved
+    idle = run.plan.idle_indices()
+    if not idle:  # most of a long queue's jobs meet the station with no idle GPU
+        return frozenset()
+    free = idle - run.reserved
     if not free:
         return frozenset()
     multi = run.lookahead.multi_behind(position)
     if multi is None:
         return frozenset()
-    idle = [run.plan.gpus[index] for index in free]
     ask = ask_of(multi)
     whole = sum(g.whole_once_idle for g in run.station.gpu_states)
-    return held_for_multi(idle, ask.gpus, ask.memory_mib, whole)
+    return held_for_multi([run.plan.gpus[i] for i in free], ask.gpus, ask.memory_mib, whole)
 
 
 def held_for_multi(
