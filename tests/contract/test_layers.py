@@ -184,3 +184,23 @@ def test_importing_the_client_library_and_the_vocabulary_loads_no_daemon_module(
     loaded = json.loads(done.stdout)
     assert "gpudesk.api.client" in loaded and "gpudesk.core.jobs" in loaded
     assert [m for m in loaded if m.startswith("gpudesk.engine")] == []
+
+
+def test_an_engine_starts_without_the_simulator() -> None:
+    """The engine imports the simulator (`gpudesk.policy.mig_replay`: the replays behind `mig
+    plan`'s predictions and `auto`'s repartitioning) only when one is asked for: it and what it
+    brings were about a tenth of an engine start's import CPU (docs/benchmarks.md, session 55),
+    paid by every engine a user's `gpudesk submit` starts."""
+    program = (
+        "import json, sys\n"
+        "import gpudesk.engine.daemon\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('gpudesk.'))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout)
+    assert "gpudesk.engine.station.repartition.control" in loaded  # the MIG control is there
+    replay = ("gpudesk.policy.mig_replay", "gpudesk.policy.simulator", "gpudesk.policy.trace")
+    assert [m for m in replay if m in loaded] == []

@@ -28,10 +28,7 @@ from gpudesk.engine.station.repartition.station import (
 from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
 from gpudesk.policy.interference import ModelParams
-from gpudesk.policy.mig_payoff import auto_note, auto_said, choose_layouts
 from gpudesk.policy.mig_planner import GpuMigState, MigPlan, QueuedDemand
-from gpudesk.policy.mig_queue_time import layout_drain, queue_times
-from gpudesk.policy.simulator import Simulation
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -113,18 +110,20 @@ class MigControl:
         params = {g.name: self.params_for(g.name) for g in gpus}
         snapshot = self.telemetry.snapshot()
         count = len(snapshot.gpus) if snapshot is not None else 1
-        note = auto_note(config.mig_repartition, config.repartitions_on_its_own, config.policy)
+        from gpudesk.policy import mig_replay as mig  # the simulator: asked for, not at start
+
+        note = mig.auto_note(config.mig_repartition, config.repartitions_on_its_own, config.policy)
 
         def replay() -> list[PlanAndPredictions]:
-            choices = choose_layouts(
+            choices = mig.choose_layouts(
                 gpus,
                 queue,
                 params.__getitem__,
                 simulated=backend.simulated,
                 commands_from=manager,
-                drain=layout_drain(Simulation, params.__getitem__),
+                drain=mig.drain(params.__getitem__),
             )
-            said = auto_said(choices, plans, note)
+            said = mig.auto_said(choices, plans, note)
             by_index = {g.index: g for g in gpus}
             return [
                 (
@@ -193,15 +192,17 @@ class MigControl:
         the model (policy.mig_payoff: more work now, and the queue as it is no slower by the
         simulator's replay of it) gets it, with an event saying why. Only where the
         station allows it (apply checks). Raises MigError."""
+        from gpudesk.policy import mig_replay
+
         backend = self.telemetry.monitor.backend
         gpus, manager = read_gpus(backend, self.running_by_gpu())
-        choices = choose_layouts(
+        choices = mig_replay.choose_layouts(
             gpus,
             queue,
             self.params_for,
             simulated=backend.simulated,
             commands_from=manager,
-            drain=layout_drain(Simulation, self.params_for),
+            drain=mig_replay.drain(self.params_for),
         )
         applied = []
         for choice in choices:
@@ -244,11 +245,11 @@ def _queue_time(
     """The queue's drain time with the plan's layout (else the GPU's own) against the whole
     GPU; None where nothing is weighed. A replay that fails is logged, never the plan's
     failure: the plan stands without it."""
+    from gpudesk.policy.mig_replay import times as replayed
+
     layout = plan.wanted_profiles or list(gpu.current)
     try:
-        times = queue_times(
-            Simulation, gpu, layout, queue, params[gpu.name], station_gpus=station_gpus
-        )
+        times = replayed(gpu, layout, queue, params[gpu.name], station_gpus)
     except Exception:
         log.exception("could not predict the queue's drain time on GPU %d", gpu.index)
         return None
