@@ -121,7 +121,7 @@ def run(
         doing = (
             "attaching to your newest run of"
             if attach
-            else f"{'submitting' if detach else 'running'} {len(loaded.jobs)} job(s) from"
+            else f"{'submitting' if detach else 'running'} {_jobs_counted(loaded)} from"
         )
         said = printable_line(f"{doing} {source} on {where}")
         print(
@@ -177,6 +177,16 @@ def _refuse_what_does_not_go_together(
         fail(refusal, EXIT_USAGE)
     if cluster is not None and not attach and (refusal := _selections_on_slurm(loaded)):
         fail(refusal, EXIT_USAGE)
+
+
+def _jobs_counted(profile: Profile) -> str:
+    """The jobs a run of `profile` queues, as its first line counts them: its own, and the
+    selections' pre-pass jobs it queues before them ("1 pre-pass job and 3 jobs")."""
+    from gpudesk.api.prepass import profile_prepasses
+
+    jobs = f"{len(profile.jobs)} job(s)"
+    prepasses = len(profile_prepasses(profile))
+    return f"{prepasses} pre-pass job(s) and {jobs}" if prepasses else jobs
 
 
 def _selections_on_slurm(profile: Profile) -> str | None:

@@ -98,6 +98,7 @@ def test_a_detached_run_queues_its_prepass_and_the_jobs_after_it_and_attach_reco
     group = prepass["group"]
     assert {j["group"] for j in (prepass, train, then, free)} == {group}
     text = " ".join(done.stdout.split())
+    assert text.startswith("submitting 1 pre-pass job(s) and 3 job(s) from "), text
     assert (
         f"submitted run {group}, 1 pre-pass job(s): {prepass['id']}, then 3 job(s): "
         f"{train['id']}-{free['id']} (a job on a selection starts once its pre-pass has "
