@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -77,38 +77,41 @@ class Prepass:
 
 def profile_prepasses(profile: Profile) -> list[Prepass]:
     """The pre-pass of each selection the profile's jobs train on that has one, once each."""
-    wanted: dict[str, Prepass] = {}
-    for spec in profile.jobs:
-        needed = prepass_of(profile, spec)
-        if needed is not None:
-            wanted.setdefault(needed.dataset.name, needed)
-    return list(wanted.values())
+    return _once(prepass_of(profile, spec) for spec in profile.jobs)
 
 
 def profile_selections(profile: Profile) -> list[Prepass]:
     """Each data selection the profile's jobs train on, once each, with a pre-pass or not
     (`full`, the whole dataset, is none): what a producer serves them and nothing else does."""
+    return _once(selection_of(profile, spec) for spec in profile.jobs)
+
+
+def _once(selections: Iterable[Prepass | None]) -> list[Prepass]:
+    """Each selection once (by the name of the variant the loader serves), in order."""
     wanted: dict[str, Prepass] = {}
-    for spec in profile.jobs:
-        config = profile.datasets.get(spec.dataset or "")
-        if config is None or config.loader is None:
-            continue
-        served = config.loader.variant(spec.selection) if spec.selection else config.loader
-        if served.selection and parse_preset(served.selection).method != "full":
-            wanted.setdefault(served.name, Prepass(served, served.selection))
+    for selection in selections:
+        if selection is not None:
+            wanted.setdefault(selection.dataset.name, selection)
     return list(wanted.values())
 
 
-def prepass_of(profile: Profile, spec: JobSpec) -> Prepass | None:
-    """The pre-pass the selection `spec` trains on needs (its `dataset.name`: the variant the
-    loader serves, one name for every job on that selection); None where it needs none."""
+def selection_of(profile: Profile, spec: JobSpec) -> Prepass | None:
+    """The data selection `spec` trains on (its `dataset.name`: the variant the loader serves,
+    one name for every job on that selection); None where it trains on the whole dataset or on
+    none of the profile's."""
     config = profile.datasets.get(spec.dataset or "")
     if config is None or config.loader is None:
         return None
     served = config.loader.variant(spec.selection) if spec.selection else config.loader
-    if served.selection and needs_prepass(served.selection):
+    if served.selection and parse_preset(served.selection).method != "full":
         return Prepass(served, served.selection)
     return None
+
+
+def prepass_of(profile: Profile, spec: JobSpec) -> Prepass | None:
+    """The pre-pass the selection `spec` trains on needs; None where it needs none."""
+    selection = selection_of(profile, spec)
+    return selection if selection is not None and needs_prepass(selection.preset) else None
 
 
 def is_prepass_job(command: Sequence[str]) -> bool:

@@ -196,9 +196,7 @@ class GpuState:
             values["mps_uid"] = known["mps_uid"]
         elif modes is not None and "mps" not in modes:  # the new tenant is the first, if any
             values["mps_uid"] = tenant.uid if mode == "mps" else None
-        state = object.__new__(GpuState)
-        state.__dict__.update(values)
-        return state
+        return made_frozen(GpuState, values)
 
 
 _GPU_STATE_FIELDS = tuple(f.name for f in fields(GpuState))
