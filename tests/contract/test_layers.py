@@ -167,21 +167,30 @@ def test_the_tree_keeps_every_contract_and_each_planted_import_breaks_its_own(
         )
 
 
-def test_importing_the_client_library_and_the_vocabulary_loads_no_daemon_module() -> None:
+def gpudesk_modules_after(imports: str) -> list[str]:
+    """The project's modules a fresh Python holds after running `imports`."""
     program = (
-        "import importlib, json, pkgutil, sys\n"
-        "import gpudesk.api, gpudesk.core\n"
-        "for package in (gpudesk.api, gpudesk.core):\n"
-        "    for info in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
-        "        importlib.import_module(info.name)\n"
-        "import gpudesk.profile\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('gpudesk.'))))\n"
+        "import json, sys\n"
+        + imports
+        + "print(json.dumps(sorted(m for m in sys.modules if m.startswith('gpudesk.'))))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    loaded = json.loads(done.stdout)
+    loaded: list[str] = json.loads(done.stdout)
+    return loaded
+
+
+def test_importing_the_client_library_and_the_vocabulary_loads_no_daemon_module() -> None:
+    loaded = gpudesk_modules_after(
+        "import importlib, pkgutil\n"
+        "import gpudesk.api, gpudesk.core\n"
+        "for package in (gpudesk.api, gpudesk.core):\n"
+        "    for info in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+        "        importlib.import_module(info.name)\n"
+        "import gpudesk.profile\n"
+    )
     assert "gpudesk.api.client" in loaded and "gpudesk.core.jobs" in loaded
     assert [m for m in loaded if m.startswith("gpudesk.engine")] == []
 
@@ -191,16 +200,7 @@ def test_an_engine_starts_without_the_simulator() -> None:
     plan`'s predictions and `auto`'s repartitioning) only when one is asked for: it and what it
     brings were about a tenth of an engine start's import CPU (docs/benchmarks.md, session 55),
     paid by every engine a user's `gpudesk submit` starts."""
-    program = (
-        "import json, sys\n"
-        "import gpudesk.engine.daemon\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('gpudesk.'))))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    loaded = json.loads(done.stdout)
+    loaded = gpudesk_modules_after("import gpudesk.engine.daemon\n")
     assert "gpudesk.engine.station.repartition.control" in loaded  # the MIG control is there
     replay = ("gpudesk.policy.mig_replay", "gpudesk.policy.simulator", "gpudesk.policy.trace")
     assert [m for m in replay if m in loaded] == []
