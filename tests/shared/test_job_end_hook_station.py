@@ -63,9 +63,8 @@ def test_the_station_hook_is_roots_alone_and_a_members_notify_runs_as_her(
         "ADA_SECRET": "from her request",
         "HOME": "/tmp/elsewhere",
     }
-    job_id = station.submit(
-        "ada", {"name": "two", "command": ["true"], "workdir": "/", "notify": notify}, sent
-    )
+    job = {"name": "two", "command": ["true"], "workdir": "/", "notify": notify}
+    job_id = station.submit("ada", job, sent, umask=0o027)  # her shell's umask, as sent
     station.wait_state(job_id, "succeeded")
     wait_for(lambda: ran.exists() and (home / "notified.env").exists(), 20, what="both hooks")
     # the station's hook: root, told whose job it was
@@ -76,6 +75,9 @@ def test_the_station_hook_is_roots_alone_and_a_members_notify_runs_as_her(
     # hers: as her, in an environment the engine built (her HOME from the password database)
     assert (home / "notified").read_text().strip() == str(ada.uid)
     assert os.stat(home / "notified").st_uid == ada.uid
+    # with her job's umask (the submitter's); the station's hook, root's, with the engine's 077
+    assert oct(os.stat(home / "notified").st_mode & 0o777) == oct(0o640)
+    assert oct(os.stat(ran).st_mode & 0o777) == oct(0o600)
     env = _variables(home / "notified.env")
     assert env["HOME"] == str(home) and env["USER"] == ada.name
     assert "LD_PRELOAD" not in env and "ADA_SECRET" not in env
