@@ -415,7 +415,7 @@ def submit_profile(
 
     outcome = ProfileSubmission(group or run_group(profile))
     if cluster is not None:
-        profile = replace(profile, jobs=[replace(j, cluster=cluster) for j in profile.jobs])
+        profile = replace(profile, jobs=on_cluster(profile, cluster))
         register_datasets(
             client, [d.loader for d in profile.datasets.values() if d.loader is not None]
         )
@@ -458,6 +458,24 @@ def submit_profile(
     if on_step is not None:
         on_step(Submitted("train", tuple(outcome.job_ids), queued.waits_for_change))
     return outcome
+
+
+def on_cluster(profile: Profile, cluster: ClusterSpec) -> list[JobSpec]:
+    """The profile's jobs sent to `cluster`, each that trains on a data selection told which
+    (`ENV_SELECTION`): a Slurm job has no producer to apply it, and its loader's local fallback
+    reads that selection (the pre-pass job before it cached) instead of the whole dataset."""
+    from gpudesk.api.prepass import selection_of
+    from gpudesk.core.datasets import selection_env
+    from gpudesk.core.local_selection import ENV_SELECTION
+
+    jobs = []
+    for spec in profile.jobs:
+        selection = selection_of(profile, spec)
+        env = spec.env
+        if selection is not None and spec.dataset is not None:
+            env = {**env, ENV_SELECTION: selection_env(spec.dataset, selection.dataset)}
+        jobs.append(replace(spec, cluster=cluster, env=env))
+    return jobs
 
 
 def queue_after_prepasses(

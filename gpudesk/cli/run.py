@@ -47,8 +47,8 @@ _ON = typer.Option(
     "--on",
     help="Where the jobs run: station, or slurm (the profile's [cluster], or a default "
     "one; docs/slurm.md). Default: slurm when the profile has a [cluster], else station. "
-    "A profile whose jobs train on a data selection runs on the station only (a Slurm job "
-    "reads no selection).",
+    "On Slurm a data selection's pre-pass runs as a Slurm job first, and each job's loader "
+    "reads the selection it cached.",
 )
 _PARTITION = typer.Option(None, "--partition", help="Slurm partition.")
 _ACCOUNT = typer.Option(None, "--account", help="Slurm account.")
@@ -109,7 +109,7 @@ def run(
         follow_to_the_end()
     loaded = _loaded(profile)
     cluster = target_cluster(on, loaded.cluster, partition=partition, account=account, qos=qos)
-    _refuse_what_does_not_go_together(loaded, cluster, attach, detach, apply_station, report)
+    _refuse_what_does_not_go_together(loaded, attach, detach, apply_station, report)
     _check_before_submitting(loaded, cluster, report)
     progress = sys.stderr if json_out else sys.stdout
     source = f"{profile} (gpudesk's bundled example)" if loaded.bundled else str(profile)
@@ -150,7 +150,6 @@ def run(
 
 def _refuse_what_does_not_go_together(
     loaded: Profile,
-    cluster: ClusterSpec | None,
     attach: bool,
     detach: bool,
     apply_station: bool,
@@ -175,8 +174,6 @@ def _refuse_what_does_not_go_together(
         )
     if detach and (refusal := detach_refusal(attach=attach, report=report)):
         fail(refusal, EXIT_USAGE)
-    if cluster is not None and not attach and (refusal := _selections_on_slurm(loaded)):
-        fail(refusal, EXIT_USAGE)
 
 
 def _jobs_counted(profile: Profile) -> str:
@@ -187,27 +184,6 @@ def _jobs_counted(profile: Profile) -> str:
     jobs = f"{len(profile.jobs)} job(s)"
     prepasses = len(profile_prepasses(profile))
     return f"{prepasses} pre-pass job(s) and {jobs}" if prepasses else jobs
-
-
-def _selections_on_slurm(profile: Profile) -> str | None:
-    """A profile whose jobs train on data selections cannot run on Slurm as it asks: a Slurm
-    job has no shared loader producer, and its SharedLoader's local fallback reads the
-    factory's whole dataset, not the selection (docs/slurm.md, "The shared data loader").
-    Refused rather than trained on data the profile did not ask for, its pre-passes run for
-    nothing."""
-    from gpudesk.api.prepass import profile_selections
-
-    selections = profile_selections(profile)
-    if not selections:
-        return None
-    named = ", ".join(f"{p.preset} of {p.dataset.name}" for p in selections)
-    return (
-        f"on Slurm: the jobs of {profile.name} train on data selections ({named}), and a job "
-        "on Slurm reads no selection: with no shared loader producer on the cluster, its "
-        "SharedLoader reads the factory's whole dataset (docs/slurm.md), so its jobs would "
-        "train on all of the data, after any pre-pass ran for nothing. Run it on the station "
-        "(--on station), or on Slurm without the selection. Nothing was submitted."
-    )
 
 
 def _detach(

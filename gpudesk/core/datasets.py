@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from gpudesk.core.jobs import check_selection
+from gpudesk.core.local_selection import ENV_SELECTION
 from gpudesk.spawn import module_argv
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")  # a loader's (a dataset's) name
@@ -191,3 +192,31 @@ def _check_sharing(data: dict[str, Any]) -> tuple[str, str | None]:
             "code and reads its files): name the user whose data it is"
         )
     return share, owner
+
+
+def selection_env(asked: str, served: DatasetSpec) -> str:
+    """`ENV_SELECTION`'s value for a job whose loader asks for `asked` and trains on `served`
+    (the profile's dataset under its selection)."""
+    return json.dumps({"dataset": asked, "served": served.to_dict()}, separators=(",", ":"))
+
+
+def selection_told(value: str, asked: str) -> DatasetSpec | None:
+    """The served dataset `ENV_SELECTION`'s `value` names for a loader asking for `asked`; None
+    where it is about another dataset (a job may read several). Raises ValueError, one
+    sentence, where it is not what `selection_env` writes: a job must not quietly train on the
+    whole dataset instead."""
+    try:
+        told: Any = json.loads(value)
+    except ValueError:
+        raise ValueError(f"{ENV_SELECTION} is not JSON") from None
+    if not isinstance(told, dict) or set(told) != {"dataset", "served"}:
+        raise ValueError(f"{ENV_SELECTION} is not an object of 'dataset' and 'served'")
+    if told["dataset"] != asked:
+        return None
+    try:
+        served = DatasetSpec.from_dict(told["served"])
+    except ValueError as exc:
+        raise ValueError(f"{ENV_SELECTION}'s served dataset: {exc}") from None
+    if not served.selection:
+        raise ValueError(f"{ENV_SELECTION}'s served dataset names no selection")
+    return served

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from gpudesk.core.cluster import ClusterSpec, check_cluster
 from gpudesk.core.field_checks import check_job_name, check_name, describe
+from gpudesk.core.local_selection import ENV_SELECTION
 from gpudesk.core.submit_options import (
     MAX_ARRAY_TASKS,
     SUBMIT_OPTION_CHECKS,
@@ -522,12 +523,18 @@ class JobSpec:
             raise SpecError(
                 "selection", "a selection applies to the job's dataset: name the dataset too"
             )
-        if values.get("cluster") and values.get("selection") not in (None, "full"):
+        if (
+            values.get("cluster")
+            and values.get("selection") not in (None, "full")
+            and ENV_SELECTION not in values.get("env", {})
+        ):
             raise SpecError(
                 "selection",
-                "a job on Slurm reads no selection: with no shared loader producer on the "
-                "cluster its SharedLoader reads its factory's whole dataset (docs/slurm.md); "
-                "leave out the selection, or run the job on the station",
+                "a job on Slurm reads a selection only as a profile's job: `gpudesk run "
+                "PROFILE --on slurm` tells it the [datasets] table the selection is of "
+                "(docs/slurm.md); alone, with no shared loader producer on the cluster, its "
+                "SharedLoader would read its factory's whole dataset. Leave out the "
+                "selection, run it from a profile, or run the job on the station",
             )
         if problem := never_met(values.get("after", ()), values.get("after_notok", ())):
             raise SpecError("after_notok", problem)

@@ -60,6 +60,7 @@ from gpudesk.loader.lease import (
     private_runs,
     stuck_message,
 )
+from gpudesk.loader.local import epoch_length, told_selection
 from gpudesk.loader.protocol import (
     ENV_DATASET,
     ENV_RESUME_S,
@@ -135,6 +136,9 @@ class SharedLoader:
         self.mode = "shared"
         self.last_ids: Any = None
         self._local: Any = None
+        # a Slurm job's data selection, for the fallback (its factory then the pre-pass's)
+        self._told = told_selection(name)
+        self._local_subset: Any = None  # the selection the fallback applies, once it read it
         self._local_epoch = 0  # the fallback's next epoch (set_epoch changes it)
         self._local_reading: tuple[int, int] | None = None  # its epoch read now, batches yielded
         self.epoch = 0  # the producer epoch being read; set by the hello reply
@@ -160,7 +164,7 @@ class SharedLoader:
         info, stopped = connect_first(self, wait)  # connected, unless None or failed
         failed = final_failure(info)
         if info is None or failed is not None:
-            if not (fallback and factory):
+            if not (fallback and (factory or self._told)):
                 why = self._no_producer(wait, info)
                 raise LoaderError(f"{stopped}; {why}" if stopped else why)
             if failed is not None or stopped:  # the job reads on, but unshared: say why
@@ -290,7 +294,7 @@ class SharedLoader:
             self.data_path = f"host: {exc}"
 
     def _epoch_length(self) -> int:
-        return len(self._local_dataset()) if self.mode == "local" else self.dataset_len
+        return epoch_length(self) if self.mode == "local" else self.dataset_len
 
     def __len__(self) -> int:
         return self.contract.batches(self._epoch_length(), self.batch_size or 64)

@@ -61,7 +61,7 @@ def record(
         (
             {"name": "x", "command": ["a"], "dataset": "d", "selection": "el2n-25", "cluster": {}},
             "selection",
-            "a job on Slurm reads no selection",
+            "a job on Slurm reads a selection only as a profile's job",
         ),
     ],
 )
@@ -70,6 +70,20 @@ def test_spec_errors_name_the_field(data: dict, key: str, fragment: str) -> None
         JobSpec.from_dict(data)
     assert info.value.key == key
     assert fragment in info.value.message
+
+
+def test_a_slurm_job_may_train_on_a_selection_its_environment_describes() -> None:
+    """`gpudesk run --on slurm` tells a job its selection's dataset (GPUDESK_SELECTION): then
+    the engine takes its `selection`; without it the job would read the whole dataset."""
+    from gpudesk.core.datasets import DatasetSpec, selection_env
+    from gpudesk.core.local_selection import ENV_SELECTION
+
+    served = DatasetSpec("d.el2n-25", "m:f", selection="el2n-25")
+    job = {"name": "x", "command": ["a"], "dataset": "d", "selection": "el2n-25", "cluster": {}}
+    with pytest.raises(SpecError):
+        JobSpec.from_dict(job)
+    told = JobSpec.from_dict({**job, "env": {ENV_SELECTION: selection_env("d", served)}})
+    assert told.selection == "el2n-25" and told.cluster is not None
 
 
 @pytest.mark.parametrize(

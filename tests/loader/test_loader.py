@@ -1104,6 +1104,44 @@ def test_a_producer_serves_only_its_selection_every_epoch(loaders: Loaders, home
     assert status["selection"]["preset"] == "random-25" and status["dataset_len"] == 50
 
 
+def test_a_job_told_its_selection_reads_locally_what_its_producer_serves(
+    loaders: Loaders, home: Home, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A Slurm job has no producer; `gpudesk run --on slurm` tells it its data selection
+    (GPUDESK_SELECTION). Its fallback then reads, epoch by epoch and batch by batch, what a
+    producer of that selection serves, from the entry that producer cached; a value that is not
+    what `gpudesk run` writes fails the loader in one sentence; one about another dataset is
+    not this loader's."""
+    from gpudesk.core.datasets import DatasetSpec, selection_env
+    from gpudesk.core.local_selection import ENV_SELECTION
+
+    args = {"size": 200, "shape": [2], "cost_ms": 0.0}
+    loaders.serve(size=200, batch=8, seed=5, selection="random-25")
+    with SharedLoader("syn", with_ids=True, fallback=False, home=home.root) as loader:
+        served = [[ids.tolist() for _, ids in loader] for _ in range(2)]
+    spec = DatasetSpec("syn.random-25", FACTORY, args, batch_size=8, seed=5, selection="random-25")
+    monkeypatch.setenv(ENV_SELECTION, selection_env("elsewhere", spec))
+    capsys.readouterr()
+    with SharedLoader("elsewhere", 8, seed=5, with_ids=True, home=home.root) as loader:
+        assert loader.mode == "local" and len(loader) == 7  # 50 samples, 8 a batch
+        local = [[ids.tolist() for _, ids in loader] for _ in range(2)]
+    assert local == served
+    said = capsys.readouterr().err
+    assert (
+        "the shared loader 'elsewhere' has no producer here: reading its data selection "
+        "random-25 locally, 50 of 200 samples (from the selection cache)"
+    ) in said, said
+    # about another dataset: this loader reads its own factory's whole dataset
+    kwargs = {"factory": FACTORY, "factory_kwargs": args, "with_ids": True, "home": home.root}
+    with SharedLoader("another", 8, **kwargs) as loader:
+        assert len(loader) == 25
+    for value, why in (("{", "is not JSON"), ("[]", "is not an object of 'dataset' and 'served'")):
+        monkeypatch.setenv(ENV_SELECTION, value)
+        with pytest.raises(LoaderError) as refused:
+            SharedLoader("elsewhere", 8, **kwargs)
+        assert str(refused.value) == f"the shared loader 'elsewhere': {ENV_SELECTION} {why}"
+
+
 def test_an_rs2_producer_serves_a_new_part_every_epoch(loaders: Loaders, home: Home) -> None:
     size = 120
     loaders.serve(size=size, batch=10, seed=1, selection="rs2-25")

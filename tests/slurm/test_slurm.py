@@ -218,35 +218,55 @@ def test_after_chain_with_failing_parent_cancels_the_child(slurm_engine: EngineH
     assert ended[child].started_at is None
 
 
-def test_a_run_on_slurm_of_a_profile_with_a_selection_is_refused_and_sends_nothing(
-    slurm_engine: EngineHandle, cluster: SlurmCluster, tmp_path: Path
+READ_AN_EPOCH = (
+    "import json\n"
+    "from gpudesk.loader import SharedLoader\n"
+    "with SharedLoader('syn', 8, seed=3, with_ids=True, factory=FACTORY,\n"
+    "                  factory_kwargs={'size': 120, 'shape': [4]}) as loader:\n"
+    "    print(json.dumps({'mode': loader.mode, 'ids': [i for _, ids in loader\n"
+    "                                                   for i in ids.tolist()]}))\n"
+)
+
+
+def test_a_run_on_slurm_of_a_profile_with_a_selection_trains_on_the_selection(
+    slurm_engine: EngineHandle, tmp_path: Path
 ) -> None:
-    """`gpudesk run --on slurm` (followed or `--detach`) of a profile whose job trains on a data
-    selection: a Slurm job reads no selection (its SharedLoader has no producer there and reads
-    the factory's whole dataset), so it would train on all of the data, after a pre-pass run for
-    nothing. Refused in one paragraph, exit 2, before anything reaches the engine or sbatch.
-    (Before, the pre-pass and the job went to Slurm, the job `--dependency=afterok` on it, and
-    read all 120 samples.)"""
+    """`gpudesk run --on slurm` of a profile whose job trains on a data selection: the pre-pass
+    runs as a Slurm job first and caches the selection; the job, with no producer on the
+    cluster, reads that selection locally (GPUDESK_SELECTION) instead of the whole dataset.
+    (Before, the run was refused; before that, the job read all 120 samples.)"""
+    from gpudesk.paths import Home
+    from gpudesk.selection.apply import select
+    from gpudesk.selection.cache import SelectionCache
+    from gpudesk.workloads.synthetic import make_dataset
+
+    factory = "gpudesk.workloads.synthetic:make_dataset"
+    script = tmp_path / "read_epoch.py"
+    script.write_text(f"FACTORY = {factory!r}\n" + READ_AN_EPOCH)
     profile = tmp_path / "sel.toml"
     profile.write_text(
-        'name = "sel"\n[datasets.syn]\nfactory = "gpudesk.workloads.synthetic:make_dataset"\n'
-        'args = { size = 120, shape = [4] }\nselection = "random-25"\n\n'
-        '[[jobs]]\nname = "train"\ndataset = "syn"\ncommand = ["true"]\n'
+        f'name = "sel"\n[datasets.syn]\nfactory = "{factory}"\n'
+        "args = { size = 120, shape = [4] }\nseed = 3\nbatch_size = 8\n"
+        'selection = "random-25"\n\n'
+        f'[[jobs]]\nname = "train"\ndataset = "syn"\ncommand = ["{sys.executable}", '
+        f'"{script}"]\n'
     )
-    before = slurm_engine.client.request("jobs", archived=True)["jobs"]
-    queued_before = cluster.run("squeue", "-h", "-o", "%i")
-    for how in (["--detach"], []):
-        done = _cli("run", str(profile), "--on", "slurm", "--partition", PARTITION, *how)
-        said = " ".join(done.stderr.split())
-        assert done.returncode == 2, done.stdout + said
-        assert said.startswith(
-            "error: on Slurm: the jobs of sel train on data selections (random-25 of syn), and "
-            "a job on Slurm reads no selection: "
-        ), said
-        assert said.endswith("Nothing was submitted."), said
-        assert "Traceback" not in said and "--on station" in said
-    assert slurm_engine.client.request("jobs", archived=True)["jobs"] == before
-    assert cluster.run("squeue", "-h", "-o", "%i") == queued_before
+    done = _cli("run", str(profile), "--on", "slurm", "--partition", PARTITION, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    (prepass, trained) = sorted(report["jobs"], key=lambda j: j["id"])
+    assert prepass["name"] == "prepass-syn-random-25" and trained["name"] == "train", report
+    assert prepass["state"] == trained["state"] == "succeeded", report
+    log = _log(slurm_engine, trained["id"])
+    read = json.loads(next(line for line in log.splitlines() if line.startswith("{")))
+    assert read["mode"] == "local"
+    assert (
+        "reading its data selection random-25 locally, 30 of 120 samples (from the selection cache)"
+    ) in log, log
+    # the 30 samples the pre-pass job cached, each once
+    cache = SelectionCache(Home.from_env(None).selection_dir)
+    kept = select(make_dataset(120, (4,)), "random-25", cache, seed=3).indices
+    assert kept is not None and sorted(read["ids"]) == kept.tolist()
 
 
 def test_slurm_refusals_leave_nothing(slurm_engine: EngineHandle, cluster: SlurmCluster) -> None:
