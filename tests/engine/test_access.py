@@ -54,11 +54,14 @@ def personal(home: Home) -> Iterator[Handlers]:
     yield from engine_at(home, Access.personal(), StationConfig(backend="none", slots=1))
 
 
-def refusal(job_id: int, owner: Caller, verb: str) -> str:
-    """The refusal to `verb` ("cancel", "see its environment") another's job."""
+def refusal(job_id: int | None, owner: Caller, verb: str) -> str:
+    """The refusal to `verb` ("cancel", "see its environment") another's job: a request's
+    error names it; a job-control outcome (`job_id` None), said after the job's id by every
+    client, says "it" (`job 3 (x): refused: job 3 belongs to …` said the id twice)."""
     doing = verb if " " in verb else f"{verb} it"
+    subject = "it" if job_id is None else f"job {job_id}"
     return (
-        f"refused: job {job_id} belongs to {owner.name}, and only its owner or a member of "
+        f"refused: {subject} belongs to {owner.name}, and only its owner or a member of "
         f"{group_name(ADMINS)} may {doing}"
     )
 
@@ -82,7 +85,7 @@ def test_a_user_cannot_act_on_another_users_job(
     job = system.submit(ADA, "adas")
     before = system.ok(ADA, "show", job=job)["job"]
     [result] = system.ok(BOB, op, jobs=[job], **extra)["results"]
-    assert result == {"id": job, "name": "adas", "outcome": refusal(job, ADA, verb), "ok": False}
+    assert result == {"id": job, "name": "adas", "outcome": refusal(None, ADA, verb), "ok": False}
     after = system.ok(ADA, "show", job=job)["job"]
     assert (after["state"], after["held"], after["spec"]["priority"]) == (
         before["state"],
