@@ -76,6 +76,15 @@ class Access:
             f"{self.admins} may {doing}"
         )
 
+    def actable_owner(self, caller: Caller, owner: int | None, actable: bool) -> int | None:
+        """Whose jobs a listing holds (a uid, or None: anyone's) where `owner` was asked for
+        and, with `actable`, only jobs the caller may act on (`gpudesk cancel --name`'s picks):
+        without an owner, a member's own, every other being refused her job by job; an
+        admin's, anyone's (gpudesk/cli/job_picks.py says why)."""
+        if actable and owner is None and not self.is_admin(caller):
+            return caller.uid
+        return owner
+
     def admin_refusal(self, caller: Caller, what: str) -> str | None:
         """Why `caller` may not do `what` ("apply MIG layouts"), a station-wide action, or None
         when they may."""

@@ -113,6 +113,24 @@ def test_one_request_over_several_owners_refuses_only_the_others_jobs(system: Ha
     assert system.ok(BOB, "show", job=theirs)["job"]["state"] == "queued"
 
 
+def test_an_actable_listing_holds_a_members_own_jobs_and_an_admins_every_job(
+    system: Handlers,
+) -> None:
+    """`jobs`' `actable` (what `gpudesk cancel --name` picks from): without `user`, the jobs
+    the caller may act on, and `own_only` says where that narrowed the listing."""
+    adas, bobs = system.submit(ADA, "x-1"), system.submit(BOB, "x-2")
+
+    def listed(caller: Caller, **args: Any) -> tuple[list[int], bool]:
+        reply = system.ok(caller, "jobs", name="x-*", **args)
+        return [j["id"] for j in reply["jobs"]], reply.get("own_only", False)
+
+    assert listed(BOB, actable=True) == ([bobs], True)
+    for admin in (ALICE, ROOT):
+        assert listed(admin, actable=True) == ([adas, bobs], False)
+    assert listed(BOB, actable=True, user=ADA.uid) == ([adas], False)  # an owner asked: hers
+    assert listed(BOB) == ([adas, bobs], False)  # without it, every member lists every job
+
+
 def test_every_user_lists_every_job_but_only_the_owner_and_admins_see_its_environment(
     system: Handlers,
 ) -> None:
