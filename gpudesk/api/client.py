@@ -373,12 +373,14 @@ class Client:
         archived: bool = False,
         count: bool = False,
         name: str | None = None,
+        actable: bool = False,
     ) -> JobList:
         """One `jobs` request: a page of at most the engine's cap (JOBS_PAGE_CAP) and `limit`,
         oldest first; from the oldest, or after `after_id`; with `limit` alone the newest, or
         with `before_id` the newest before it. The reply says whether more match and where to
         go on (`JobList`). `name`: only jobs whose name matches this shell pattern
-        (fnmatchcase's: gpudesk.core.name_pattern), matched by the engine."""
+        (fnmatchcase's: gpudesk.core.name_pattern), matched by the engine. `actable` (no
+        `user`): the jobs the caller may act on (hers, where she is no admin: `own_only`)."""
         args = JobsArgs(
             states=None if states is None else list(states),
             group=group,
@@ -391,6 +393,7 @@ class Client:
             usage=usage,
             archived=archived,
             count=count,
+            actable=actable,
         )
         return self.ask(JobList, "jobs", args)
 
@@ -405,24 +408,24 @@ class Client:
         user: str | int | None = None,
         archived: bool = False,
         name: str | None = None,
+        actable: bool = False,
     ) -> JobList:
         """Every job that matches (with `limit`, the newest `limit`), oldest first, in one
         JobList gathered from as many pages as it takes: each page its own request, so other
         clients' requests go between them. `more` (with `limit`): more matched than were
         kept. `damaged`: every page's skipped rows. Ids beyond the engine's per-request limit
-        are asked for in several requests."""
+        are asked for in several requests. `actable`: as `jobs_page`'s."""
         chunks: list[list[int] | None] = [None]
         if ids is not None:
             ids = list(dict.fromkeys(ids))
             chunks = [
                 ids[i : i + MAX_LISTING_IDS] for i in range(0, len(ids), MAX_LISTING_IDS)
             ] or [[]]
-        filters: dict[str, Any] = dict(
-            states=states, group=group, usage=usage, user=user, archived=archived, name=name
-        )
+        filters: dict[str, Any] = dict(states=states, group=group, usage=usage, user=user)
+        filters.update(archived=archived, name=name, actable=actable)
         jobs: list[JobView] = []
         damaged: list[DamagedJob] = []
-        more = False
+        more = own = False  # own: `actable` narrowed it to the caller's jobs
         simulated: str | None = None
         drain: DrainView | None = None
         from gpudesk.api.page_run import PageRun
@@ -434,7 +437,7 @@ class Client:
             for page in run:
                 pages.append(page.jobs)
                 damaged += page.damaged
-                simulated, drain = page.simulated, page.drain
+                simulated, drain, own = page.simulated, page.drain, page.own_only
             more = more or run.more
             jobs += [
                 job for found in (reversed(pages) if run.newest_first else pages) for job in found
@@ -443,7 +446,9 @@ class Client:
             jobs.sort(key=lambda job: job.id)
             if limit is not None and len(jobs) > limit:
                 jobs, more = jobs[-limit:], True
-        return JobList(jobs=jobs, more=more, damaged=damaged, simulated=simulated, drain=drain)
+        return JobList(
+            jobs=jobs, more=more, damaged=damaged, simulated=simulated, drain=drain, own_only=own
+        )
 
     def job_pages(
         self,

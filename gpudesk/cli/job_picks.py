@@ -1,7 +1,19 @@
 """Jobs picked by their owner, name, run and state rather than named one by one, as scancel picks
 them (`-u`, `--name`, `--state`): `gpudesk cancel`, `hold` and `release` take the same picks.
-A sweep of 5,000 held jobs is released with `gpudesk release --me --name 'lr-*'`, not 5,000 ids;
-a run left to the engine (`gpudesk run --detach`) is cancelled with `gpudesk cancel --group RUN`."""
+A sweep of 5,000 held jobs is released with `gpudesk release --name 'lr-*'`, not 5,000 ids;
+a run left to the engine (`gpudesk run --detach`) is cancelled with `gpudesk cancel --group RUN`.
+
+Whose jobs picks without --user/--me choose: a station member's, her own; an admin's (and a
+personal engine's user's), anyone's. scancel does otherwise: given only filters (`scancel
+--name x`, `--state PENDING`), it asks slurmctld to signal every job that matches, and each one
+that is not the caller's comes back as its own "Kill job error on job id N: Access/permission
+denied" line (Slurm's src/slurmctld/job_mgr.c, `_apply_signal_jobs_filter`, and
+src/scancel/scancel.c; scancel(1) says only a job's owner or root may signal it, an attempt by
+anyone else printing an error and leaving the job alone). Those refusals can never succeed, and
+here they made the command exit 1 whenever another member had a job of the same name, so a
+member's picks choose what `scancel --me --name x` would: the engine narrows the listing to her
+jobs unless she is an admin (`jobs`' `actable`, in the one listing request). `--user bob` keeps
+scancel's way: bob's jobs are tried, each refused to a member on its own line."""
 
 from __future__ import annotations
 
@@ -14,6 +26,7 @@ import typer
 from gpudesk.cli.common import fail, owner_filter
 from gpudesk.cli.exit_codes import EXIT_USAGE
 from gpudesk.core.name_pattern import name_pattern_refusal
+from gpudesk.text import printable_line
 
 if TYPE_CHECKING:
     from gpudesk.api.client import Client
@@ -75,22 +88,43 @@ def check_picks(
         fail(f"--name: {refusal}", EXIT_USAGE)
 
 
+@dataclass(frozen=True)
+class Picked:
+    """The refs a command acts on, and whose jobs were searched for them: "yours", "bob's", or
+    None for anyone's (named jobs: None too)."""
+
+    refs: list[str]
+    whose: str | None = None
+
+    def none_matches(self, what: str) -> str:
+        """The line said when no job matched: "no held job of yours matches"."""
+        return f"no {what} job{'' if self.whose is None else f' of {self.whose}'} matches"
+
+
 def picked_refs(
     client: Client, jobs: list[str] | None, picks: Picks, states: tuple[str, ...] | None
-) -> list[str]:
+) -> Picked:
     """The jobs named (`jobs`, as `check_picks` let them through), or the ids of the live jobs
-    the picks choose whose state ("held" for a held queued job) is one of `states` (None: any).
-    The engine matches the names; each is matched here again, as the command acts on the jobs:
-    an engine from before `jobs`' `name` ignores it and would pick every live job."""
+    the picks choose whose state ("held" for a held queued job) is one of `states` (None: any);
+    without --user/--me, a member's own jobs alone (the module's docstring says why). The
+    engine matches the names; each is matched here again, as the command acts on the jobs: an
+    engine from before `jobs`' `name` ignores it and would pick every live job."""
     if jobs:
-        return list(jobs)
+        return Picked(list(jobs))
     owner = owner_filter(picks.user, picks.me)
     listing = client.job_listing(
-        states=["queued", "running"], user=owner, group=picks.group, name=picks.name
+        states=["queued", "running"],
+        user=owner,
+        group=picks.group,
+        name=picks.name,
+        actable=owner is None,
     )
-    return [
+    refs = [
         str(job.id)
         for job in listing.jobs
         if (picks.name is None or fnmatch.fnmatchcase(job.name, picks.name))
         and (states is None or ("held" if job.held else job.state) in states)
     ]
+    if picks.me or listing.own_only:
+        return Picked(refs, "yours")
+    return Picked(refs, None if owner is None else f"{printable_line(str(owner))}'s")

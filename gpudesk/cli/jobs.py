@@ -490,9 +490,11 @@ def cancel(
     """Cancel jobs: queued ones at once, running ones with SIGTERM, then SIGKILL after --grace.
 
     Name them, or pick them as scancel does: --user/--me, --name GLOB, --group RUN (a run's
-    jobs), --state (together: the jobs every one of them picks). The engine checks each as it
-    checks a named one. A job named that does not exist is said (exit 1); the others are
-    cancelled all the same, as scancel does (hold, release, requeue, priority too).
+    jobs), --state (together: the jobs every one of them picks). Without --user/--me a
+    station member picks her own jobs alone, as scancel --me would; an admin, anyone's. The
+    engine checks each as it checks a named one. A job named that does not exist is said
+    (exit 1); the others are cancelled all the same, as scancel does (hold, release, requeue,
+    priority too).
 
     With --signal SIG, send SIG to the running jobs and leave them running: USR1, USR2, INT,
     TERM or HUP, the signals a job's wrapper outlives (a suspended job sees it when resumed)."""
@@ -506,12 +508,14 @@ def cancel(
     sent = _signal_name(signal) if signal is not None else None
     states = None if state is None else (state,)
     with acting_client(list(jobs or [])) as client:
-        refs = picked_refs(client, jobs, picks, states)
-        if not refs:
-            print("no live job matches", file=sys.stderr)
+        picked = picked_refs(client, jobs, picks, states)
+        if not picked.refs:
+            print(picked.none_matches("live"), file=sys.stderr)
             return
         results, unknown = act_on_known(
-            client, refs, lambda r: client.signal(r, sent) if sent else client.cancel(r, grace)
+            client,
+            picked.refs,
+            lambda r: client.signal(r, sent) if sent else client.cancel(r, grace),
         )
     _report_outcomes(results, json_out, unknown)
 
@@ -565,12 +569,12 @@ def _hold_or_release(op: str, jobs: list[str] | None, picks: Picks, json_out: bo
     among = "queued" if op == "hold" else "held"
     check_picks(jobs, picks)
     with acting_client(list(jobs or [])) as client:
-        refs = picked_refs(client, jobs, picks, (among,))
-        if not refs:
-            print(f"no {among} job matches", file=sys.stderr)
+        picked = picked_refs(client, jobs, picks, (among,))
+        if not picked.refs:
+            print(picked.none_matches(among), file=sys.stderr)
             return
         act = client.hold if op == "hold" else client.release
-        results, unknown = act_on_known(client, refs, act)
+        results, unknown = act_on_known(client, picked.refs, act)
     _report_outcomes(results, json_out, unknown)
 
 

@@ -60,15 +60,30 @@ class Access:
     def may_act_on(self, caller: Caller, job: JobRecord) -> bool:
         return job.owner.uid == caller.uid or self.is_admin(caller)
 
-    def job_refusal(self, caller: Caller, job: JobRecord, doing: str) -> str | None:
+    def job_refusal(
+        self, caller: Caller, job: JobRecord, doing: str, *, outcome: bool = False
+    ) -> str | None:
         """Why `caller` may not do `doing` ("cancel it", "see its environment") to `job`, or
-        None when they may."""
+        None when they may. A request's error names the job ("refused: job 12 belongs to
+        ada, …"); an `outcome` of a job-control request (cancel, hold, …) is said after the
+        job's id and name (`job 12 (x): refused: it belongs to ada, …`), so it does not name
+        it again."""
         if self.may_act_on(caller, job):
             return None
+        subject = "it" if outcome else f"job {job.id}"
         return (
-            f"refused: job {job.id} belongs to {job.user}, and only its owner or "
+            f"refused: {subject} belongs to {job.user}, and only its owner or "
             f"{self.admins} may {doing}"
         )
+
+    def actable_owner(self, caller: Caller, owner: int | None, actable: bool) -> int | None:
+        """Whose jobs a listing holds (a uid, or None: anyone's) where `owner` was asked for
+        and, with `actable`, only jobs the caller may act on (`gpudesk cancel --name`'s picks):
+        without an owner, a member's own, every other being refused her job by job; an
+        admin's, anyone's (gpudesk/cli/job_picks.py says why)."""
+        if actable and owner is None and not self.is_admin(caller):
+            return caller.uid
+        return owner
 
     def admin_refusal(self, caller: Caller, what: str) -> str | None:
         """Why `caller` may not do `what` ("apply MIG layouts"), a station-wide action, or None

@@ -60,7 +60,7 @@ def requeued(jobs: Sequence[JobRecord], limit: int | None, queued: Callable[[int
             queued(uid) + requeues[uid],
             1,
             "requeue",
-            f"Job {job.id} was not requeued",
+            "It was not requeued",  # the outcome is said after the job's id
         )
         if job.state is JobState.QUEUED:
             outcomes[job.id] = JobOutcome("already queued" + (" (held)" if job.held else ""))

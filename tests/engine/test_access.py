@@ -54,11 +54,14 @@ def personal(home: Home) -> Iterator[Handlers]:
     yield from engine_at(home, Access.personal(), StationConfig(backend="none", slots=1))
 
 
-def refusal(job_id: int, owner: Caller, verb: str) -> str:
-    """The refusal to `verb` ("cancel", "see its environment") another's job."""
+def refusal(job_id: int | None, owner: Caller, verb: str) -> str:
+    """The refusal to `verb` ("cancel", "see its environment") another's job: a request's
+    error names it; a job-control outcome (`job_id` None), said after the job's id by every
+    client, says "it" (`job 3 (x): refused: job 3 belongs to …` said the id twice)."""
     doing = verb if " " in verb else f"{verb} it"
+    subject = "it" if job_id is None else f"job {job_id}"
     return (
-        f"refused: job {job_id} belongs to {owner.name}, and only its owner or a member of "
+        f"refused: {subject} belongs to {owner.name}, and only its owner or a member of "
         f"{group_name(ADMINS)} may {doing}"
     )
 
@@ -82,7 +85,7 @@ def test_a_user_cannot_act_on_another_users_job(
     job = system.submit(ADA, "adas")
     before = system.ok(ADA, "show", job=job)["job"]
     [result] = system.ok(BOB, op, jobs=[job], **extra)["results"]
-    assert result == {"id": job, "name": "adas", "outcome": refusal(job, ADA, verb), "ok": False}
+    assert result == {"id": job, "name": "adas", "outcome": refusal(None, ADA, verb), "ok": False}
     after = system.ok(ADA, "show", job=job)["job"]
     assert (after["state"], after["held"], after["spec"]["priority"]) == (
         before["state"],
@@ -108,6 +111,24 @@ def test_one_request_over_several_owners_refuses_only_the_others_jobs(system: Ha
     results = system.ok(BOB, "cancel", jobs=[mine, theirs])["results"]
     assert [(r["id"], r["ok"]) for r in results] == [(mine, True), (theirs, False)]
     assert system.ok(BOB, "show", job=theirs)["job"]["state"] == "queued"
+
+
+def test_an_actable_listing_holds_a_members_own_jobs_and_an_admins_every_job(
+    system: Handlers,
+) -> None:
+    """`jobs`' `actable` (what `gpudesk cancel --name` picks from): without `user`, the jobs
+    the caller may act on, and `own_only` says where that narrowed the listing."""
+    adas, bobs = system.submit(ADA, "x-1"), system.submit(BOB, "x-2")
+
+    def listed(caller: Caller, **args: Any) -> tuple[list[int], bool]:
+        reply = system.ok(caller, "jobs", name="x-*", **args)
+        return [j["id"] for j in reply["jobs"]], reply.get("own_only", False)
+
+    assert listed(BOB, actable=True) == ([bobs], True)
+    for admin in (ALICE, ROOT):
+        assert listed(admin, actable=True) == ([adas, bobs], False)
+    assert listed(BOB, actable=True, user=ADA.uid) == ([adas], False)  # an owner asked: hers
+    assert listed(BOB) == ([adas, bobs], False)  # without it, every member lists every job
 
 
 def test_every_user_lists_every_job_but_only_the_owner_and_admins_see_its_environment(

@@ -303,7 +303,8 @@ class JobList(WireModel, frozen=True):
     """`jobs`: one page of the jobs asked for, oldest first (at most the engine's page cap).
     `more`: further jobs match; go on with `after_id` (oldest-first pages) or `before_id`
     (newest-first pages), whichever is set. `total` (asked with `count`): how many match in
-    all. `damaged`: rows skipped because the store cannot read them. `Client.job_listing`
+    all. `damaged`: rows skipped because the store cannot read them. `own_only`: asked
+    `actable`, the caller is no admin, so only her own jobs were listed. `Client.job_listing`
     follows the pages and gathers them into one JobList."""
 
     jobs: list[JobView]
@@ -314,6 +315,7 @@ class JobList(WireModel, frozen=True):
     damaged: list[DamagedJob] = []
     simulated: str | None = None  # the station's backend (sim:MODEL) when its GPUs are simulated
     drain: DrainView | None = None  # the station is drained (`gpudesk drain`): nothing starts
+    own_only: bool = False
 
 
 class AttemptView(WireModel, frozen=True):

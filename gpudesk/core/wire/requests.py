@@ -156,7 +156,10 @@ class SubmitArgs(OpArgs, frozen=True):
 class JobsArgs(OpArgs, frozen=True):
     """`jobs`: a page of the listing (docs/protocol.md says how the cursors combine); `name`:
     only the jobs whose name matches this shell pattern (core.name_pattern). An engine from
-    before `name` ignores it and lists every job; `gpudesk cancel --name` checks each it picks."""
+    before `name` ignores it and lists every job; `gpudesk cancel --name` checks each it picks.
+    `actable`, where no `user` is given: only the jobs the caller may act on, her own unless
+    she is an admin (`JobList.own_only` says which); what `gpudesk cancel --name` picks. An
+    engine from before it lists every job, whose others' the engine refuses one by one."""
 
     states: list[JobStateName] | None = None
     group: str | None = None
@@ -193,6 +196,7 @@ class JobsArgs(OpArgs, frozen=True):
     usage: bool = False
     archived: bool = False
     count: bool = False
+    actable: bool = False
 
     def text_problem(self) -> str | None:
         """Why `group` or `name` is not text the store can be asked for; None where both are

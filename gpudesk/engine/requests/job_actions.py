@@ -63,11 +63,7 @@ class JobActionRequests(Requests):
         queue, access = self.parts.queue, self.parts.access
         # not claimed: a queued job the caller may not act on (another member's), so that
         # naming someone's jobs, each refused, cannot keep them from starting or her waiting
-        claimed = [
-            i
-            for i in ids
-            if not ((j := queue.get(i)) and access.job_refusal(caller, j, f"{verb} it"))
-        ]
+        claimed = [i for i in ids if (j := queue.get(i)) is None or access.may_act_on(caller, j)]
         act = partial(self._act_on, caller=caller, verb=verb, action=action, at_once=at_once)
         return in_turns(self._in_slices(ids, claimed, act))
 
@@ -111,7 +107,8 @@ class JobActionRequests(Requests):
         jobs = [read[i] for i in ids if i in read]
         access = self.parts.access  # and a job that ended, its end not yet stored (`_ended`)
         refusals = {
-            job.id: access.job_refusal(caller, job, f"{verb} it") or self._ended(job.id)
+            job.id: access.job_refusal(caller, job, f"{verb} it", outcome=True)
+            or self._ended(job.id)
             for job in jobs
         }
         batch = [

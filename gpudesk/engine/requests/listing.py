@@ -63,7 +63,7 @@ class ListingRequests(Requests):
                 protocol.INVALID_ARGS,
                 "give 'after_id' (oldest first) or 'before_id' (newest first), not both",
             )
-        owner = user_arg(args.user)
+        owner = self.parts.access.actable_owner(caller, user_arg(args.user), args.actable)
         # newest first: with `before_id`, or with `limit` and no `after_id` (the newest N)
         descending = "before_id" in cursors or (limit is not None and "after_id" not in cursors)
         page = yield from self.parts.store.jobs_page_in_slices(
@@ -95,6 +95,7 @@ class ListingRequests(Requests):
             damaged=[DamagedJob(id=d.id, reason=d.reason) for d in page.damaged],
             simulated=self._simulated(),
             drain=self.parts.scheduler.drain.state,
+            own_only=args.user is None and owner is not None,  # `actable` narrowed it
         )
 
     def _add_usage(
