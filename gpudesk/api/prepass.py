@@ -7,9 +7,10 @@ and seed."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gpudesk import joblog
@@ -112,6 +113,40 @@ def prepass_of(profile: Profile, spec: JobSpec) -> Prepass | None:
     """The pre-pass the selection `spec` trains on needs; None where it needs none."""
     selection = selection_of(profile, spec)
     return selection if selection is not None and needs_prepass(selection.preset) else None
+
+
+def prepass_workdir(profile: Profile) -> str:
+    """Where a profile's pre-pass jobs run: beside the profile, as its jobs do (a bundled
+    example's and a streamed one's: here)."""
+    return os.getcwd() if profile.streamed or profile.bundled else str(profile.path.parent)
+
+
+def prepasses_first(
+    profile: Profile, prepasses: Sequence[Prepass], prepass_jobs: Sequence[JobSpec]
+) -> list[JobSpec]:
+    """The pre-pass jobs (`prepass_jobs[k]` runs `prepasses[k]`), then the profile's jobs, each
+    also `after` (afterok) the pre-pass its selection needs, and that one alone: as one
+    submission, where -k names its k-th job (`gpudesk run --detach`, `gpudesk export slurm`)."""
+    # the profile's own references to its jobs move past the pre-passes, which come first
+    moved = len(prepass_jobs)
+    ref = {p.dataset.name: -(k + 1) for k, p in enumerate(prepasses)}
+
+    def past(refs: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(r - moved if r < 0 else r for r in refs)
+
+    training: list[JobSpec] = []
+    for spec in profile.jobs:
+        needed = prepass_of(profile, spec)
+        own = () if needed is None else (ref[needed.dataset.name],)
+        training.append(
+            replace(
+                spec,
+                after=(*past(spec.after), *own),
+                after_any=past(spec.after_any),
+                after_notok=past(spec.after_notok),
+            )
+        )
+    return [*prepass_jobs, *training]
 
 
 def is_prepass_job(command: Sequence[str]) -> bool:

@@ -409,7 +409,7 @@ def submit_profile(
     happens. `detach`: wait for nothing: the training jobs are queued with the pre-passes
     (`queue_after_prepasses`), and their measurements are recorded later, by `gpudesk run
     --attach` (`record_prepasses`)."""
-    from gpudesk.api.prepass import profile_prepasses
+    from gpudesk.api.prepass import prepass_workdir, profile_prepasses
     from gpudesk.api.state_home import state_home
     from gpudesk.selection.cache import SelectionCache
 
@@ -431,8 +431,7 @@ def submit_profile(
         # them at all (GPUs the station has), so a profile it refuses runs nothing
         with said_at_their_tables(profile.jobs, profile.origins):
             client.check_submit(profile.jobs, env=env)
-        # where the profile's jobs run: a bundled example's and a streamed one's, here
-        workdir = os.getcwd() if profile.streamed or profile.bundled else str(profile.path.parent)
+        workdir = prepass_workdir(profile)
         jobs = [replace(p.job(workdir), cluster=cluster) for p in prepasses]
         if detach:
             return queue_after_prepasses(client, profile, prepasses, jobs, outcome, env, on_step)
@@ -493,29 +492,10 @@ def queue_after_prepasses(
     `prepasses[k]`), then the profile's jobs, each also `after` (afterok) the pre-pass its
     selection needs, and that one alone. A pre-pass that fails has the engine cancel the jobs
     after it, which never run (gpudesk.policy.dependencies)."""
-    from gpudesk.api.prepass import prepass_of
+    from gpudesk.api.prepass import prepasses_first
 
-    # in one request, -k names its k-th job: the profile's own references to its jobs move
-    # past the pre-passes, which come first
+    jobs = prepasses_first(profile, prepasses, prepass_jobs)
     moved = len(prepass_jobs)
-    ref = {p.dataset.name: -(k + 1) for k, p in enumerate(prepasses)}
-
-    def past(refs: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(r - moved if r < 0 else r for r in refs)
-
-    training: list[JobSpec] = []
-    for spec in profile.jobs:
-        needed = prepass_of(profile, spec)
-        own = () if needed is None else (ref[needed.dataset.name],)
-        training.append(
-            replace(
-                spec,
-                after=(*past(spec.after), *own),
-                after_any=past(spec.after_any),
-                after_notok=past(spec.after_notok),
-            )
-        )
-    jobs = [*prepass_jobs, *training]
     origins: list[JobOrigin | None] = [None] * moved + list(profile.origins)
     with said_at_their_tables(jobs, origins):
         queued = _submit(client, jobs, outcome.group, env)

@@ -13,6 +13,7 @@ import re
 import secrets
 import shutil
 import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ from gpudesk.text import is_text, printable_line, quoted
 
 if TYPE_CHECKING:
     from gpudesk.core.cluster import ClusterSpec
+    from gpudesk.core.jobs import JobSpec
     from gpudesk.profile import Profile
     from gpudesk.slurm.export import Export
     from gpudesk.slurm.request import GresOffer
@@ -328,7 +330,9 @@ def _export(
         offer_source=offer_source,
     )
     try:
-        export = export_scripts(loaded.jobs, cluster, offer, directory=str(absolute), origin=origin)
+        export = export_scripts(
+            _with_prepasses(loaded, cluster), cluster, offer, directory=str(absolute), origin=origin
+        )
     except SlurmMappingError as exc:
         fail(
             f"the profile's jobs cannot be asked of this cluster as they are: {exc}. Nothing "
@@ -336,6 +340,21 @@ def _export(
             EXIT_USAGE,
         )
     return export
+
+
+def _with_prepasses(loaded: Profile, cluster: ClusterSpec) -> list[JobSpec]:
+    """The profile's jobs as `gpudesk run --on slurm` sends them: each selection's pre-pass
+    job first, and the jobs that train on a selection after it, told which
+    (gpudesk.api.submit.on_cluster: their loaders' fallback reads it, not the whole dataset)."""
+    from gpudesk.api.prepass import prepass_workdir, prepasses_first, profile_prepasses
+    from gpudesk.api.submit import on_cluster
+
+    profile = replace(loaded, jobs=on_cluster(loaded, cluster))
+    prepasses = profile_prepasses(profile)
+    if not prepasses:
+        return profile.jobs
+    workdir = prepass_workdir(profile)
+    return prepasses_first(profile, prepasses, [p.job(workdir) for p in prepasses])
 
 
 def _print_json(

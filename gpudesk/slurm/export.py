@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.core.jobs import JobSpec
+from gpudesk.core.local_selection import ENV_SELECTION
 from gpudesk.slurm.request import GresOffer, SlurmMappingError
 from gpudesk.slurm.script import Submission, literal, one_line, plan, render
 
@@ -152,7 +153,13 @@ def _not_carried(submission: Submission) -> list[str]:
         notes.append(
             f"dataset = {', '.join(datasets)} (no shared loader producer on the cluster: "
             "SharedLoader(..., factory=...) reads it through a local DataLoader"
-            + (", the whole of it, not its selection" if any(s.selection for s in specs) else "")
+            + (
+                ", its data selection alone (GPUDESK_SELECTION: the pre-pass script's cache entry)"
+                if any(ENV_SELECTION in s.env for s in specs)
+                else ", the whole of it, not its selection"
+                if any(s.selection for s in specs)
+                else ""
+            )
             + ")"
         )
     if any(s.tracking for s in specs):

@@ -787,6 +787,73 @@ def test_exported_scripts_run_on_a_real_slurm(
     assert after["StartTime"] >= max(task_ends)
 
 
+SELECTED = """
+name = "sel"
+[cluster]
+partition = "gpu"
+
+[datasets.syn]
+factory = "gpudesk.workloads.synthetic:make_dataset"
+args = {{ size = 120, shape = [4] }}
+seed = 3
+batch_size = 8
+selection = "random-25"
+
+[[jobs]]
+name = "train"
+dataset = "syn"
+command = [{python}, "-c", {script}]
+"""
+READ_AN_EPOCH = (
+    "import json; from gpudesk.loader import SharedLoader; "
+    "loader = SharedLoader('syn', 8, seed=3, with_ids=True, "
+    "factory='gpudesk.workloads.synthetic:make_dataset', factory_kwargs={'size': 120, "
+    "'shape': [4]}); print(json.dumps(sorted(i for _, ids in loader for i in ids.tolist())))"
+)
+
+
+def test_an_exported_profile_with_a_selection_runs_its_prepass_first_and_reads_it(
+    slurm: SlurmCluster, gpudesk: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A profile whose job trains on a data selection, exported: its pre-pass is a script of
+    its own, submitted first; the job's script runs after it and is told its selection
+    (GPUDESK_SELECTION), which its loader's fallback reads from the pre-pass's cache entry."""
+    from gpudesk.paths import Home
+    from gpudesk.selection.apply import select
+    from gpudesk.selection.cache import SelectionCache
+    from gpudesk.workloads.synthetic import make_dataset
+
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    text = SELECTED.format(python=json.dumps(sys.executable), script=json.dumps(READ_AN_EPOCH))
+    out = tmp_path / "out"
+    code, stdout, stderr = gpudesk("export", "slurm", str(write_profile(tmp_path, text)), str(out))
+    assert code == 0, stderr
+    assert "02-train.sbatch" in stdout and "after 01-prepass-syn-random-25.sbatch" in stdout
+    script = (out / "02-train.sbatch").read_text()
+    assert "its data selection alone (GPUDESK_SELECTION" in " ".join(script.split()), script
+    assert "export GPUDESK_SELECTION=" in script, script
+    done = subprocess.run(
+        [str(out / "submit.sh")], env=slurm.env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    ids = dict(line.split(": ") for line in done.stdout.splitlines()[:-1])
+    assert list(ids) == ["01-prepass-syn-random-25.sbatch", "02-train.sbatch"]
+    deadline = time.monotonic() + 60
+    while True:
+        found = {file: states(slurm, job_id) for file, job_id in ids.items()}
+        if all(s and set(s) <= ENDED for s in found.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert all(set(s) == {"COMPLETED"} for s in found.values()), (found, slurm.logs())
+    log = (out / "logs" / f"train-{ids['02-train.sbatch']}.out").read_text()
+    assert (
+        "reading its data selection random-25 locally, 30 of 120 samples (from the selection cache)"
+    ) in log, log
+    cache = SelectionCache(Home.from_env(None).selection_dir)
+    kept = select(make_dataset(120, (4,)), "random-25", cache, seed=3).indices
+    assert kept is not None and json.loads(log.splitlines()[-1]) == kept.tolist()
+
+
 def test_a_folder_in_gpudesks_home_is_refused(
     gpudesk: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
