@@ -13,7 +13,13 @@ import typer
 from gpudesk.cli.common import current_home, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_USAGE
 from gpudesk.cli.std_streams import already_done
-from gpudesk.paths import SYSTEM_ADMIN_GROUP, SYSTEM_GROUP, SYSTEM_SOCKET, SYSTEM_STATE_DIR
+from gpudesk.paths import (
+    SYSTEM_ADMIN_GROUP,
+    SYSTEM_GROUP,
+    SYSTEM_SOCKET,
+    SYSTEM_STATE_DIR,
+    home_named_by,
+)
 from gpudesk.text import printable_line, printable_message, quoted
 
 if TYPE_CHECKING:
@@ -359,6 +365,7 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
         print_json(
             {"running": True, "kind": kind, "socket": str(home.control_socket)}
             | to_builtins(status)
+            | {"home_source": "engine", "home_unknown": None}
         )
         return
     _print_engine_and_station(status, home)
@@ -367,16 +374,28 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
 
 def _say_not_running(home: Home, kind: str, json_out: bool) -> None:
     if json_out:
+        source = None if home.is_system else home_named_by()
         print_json(
             {
                 "running": False,
                 "kind": kind,
-                "home": str(home.root),
+                "home": None if source is None else str(home.root),
                 "socket": str(home.control_socket),
+                "home_source": source,
+                "home_unknown": STATE_DIR_UNKNOWN if source is None else None,
             }
         )
     else:
         print(printable_line(f"engine: not running ({home.description})"))
+
+
+# A station's state folder is its engine's --state-dir: a socket names none, and only the
+# running engine says which it is (its `ping`, docs/shared-station.md). `/var/lib/gpudesk`, the
+# default, is no more than a guess while it is down, and `status --json` states no guess.
+STATE_DIR_UNKNOWN = (
+    "the station's engine is down: its state folder is the --state-dir it was started with, "
+    "which only the running engine names"
+)
 
 
 def _ask_status(home: Home, pid: int) -> StationStatus:

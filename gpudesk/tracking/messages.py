@@ -34,6 +34,9 @@ MAX_REPLY_BYTES = 64 * 1024
 MAX_REPLY_TEXT = 1000  # a rejection's message or a store's error, as kept and shown
 MAX_KEY_CHARS = 200  # gpudesk's keys are ~50 (content.job_key, content.sweep_key)
 MAX_URI_CHARS = 2000  # the engine's own bound on a tracking URI (jobs.MAX_TRACKING_URI)
+# After the end of its input (the engine stopped or died), what a worker may take to finish what
+# it holds before it exits, a store call in flight or not; the engine waits as long for it.
+EXIT_GRACE_S = 1.0
 MAX_COUNT = 2**53  # queued and dropped counts: whole numbers JSON keeps exactly
 # MLflow's own check of a run id (mlflow.utils.validation._RUN_ID_REGEX): what a store makes.
 RUN_ID = re.compile(r"[a-zA-Z0-9][\w\-]{0,255}", re.ASCII)

@@ -12,7 +12,12 @@ Nothing here may hold the engine up, so the work is done in this process, in its
   engine hears of it (`Health`) when it starts failing, at each retry, and when it answers again;
 - what the store refuses (a changed param, a deleted run) is not retried: `Rejected`;
 - a run is made once per key: the worker asks the store for a run tagged with the key before
-  making one, so an engine or worker restarted between making it and hearing of it finds it.
+  making one, so an engine or worker restarted between making it and hearing of it finds it;
+- the end of its input is the engine gone, stopped or killed: the engine alone holds the pipe's
+  other end (close-on-exec in every other process it starts), so the reader sees it at once,
+  a SIGKILL too (no PR_SET_PDEATHSIG needed, which a worker run as another uid would lose). The
+  worker then finishes what it holds for at most messages.EXIT_GRACE_S and exits, a store call
+  still in flight or not (`_reader`): what did not go is the next engine's to send again.
 
 mlflow is imported on first use, here only: never in the engine.
 """
@@ -33,6 +38,7 @@ from typing import Any
 from gpudesk.redact import redact_secrets
 from gpudesk.tracking import messages
 from gpudesk.tracking.messages import (
+    EXIT_GRACE_S,
     Acked,
     BindRun,
     CreateRun,
@@ -52,7 +58,6 @@ MAX_BATCH_TAGS = 100
 RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 30.0
 MAX_QUEUED_POINTS = 200_000  # per store: ~20 MB; past it the oldest points go
-EXIT_GRACE_S = 5.0  # after the engine closed the pipe, how long to try to send what is left
 KEY_TAG = "gpudesk.key"  # the tag that names a run's gpudesk key (how a run is found again)
 # Codes with which a store refuses a request for good: trying again cannot help.
 REFUSED_CODES = frozenset(
@@ -377,10 +382,24 @@ def _artifacts(uri: str) -> str | None:
 
 
 # ----------------------------------------------------------------------- process
-def _reader(inbox: queue.SimpleQueue[bytes | None]) -> None:
+def _reader(inbox: queue.SimpleQueue[bytes | None], worker: Worker) -> None:
+    """Every line in, as it comes; at the end of input (the engine stopped or died) the bound
+    on what is left: the main thread drains for EXIT_GRACE_S, and where it is still in a store
+    call then (an HTTP store's 10 s timeout, a locked SQLite file, MLflow's import and the
+    store's first open, seconds each) the process ends here, whatever that call was doing. The
+    grace was once checked only between calls: 5 s, plus the call in flight, up to 15 s."""
     for line in sys.stdin.buffer:
         inbox.put(line)
     inbox.put(None)
+    time.sleep(EXIT_GRACE_S)
+    log.warning(
+        "the engine stopped %.0f s ago; %d update(s) its stores did not take are left: the "
+        "next engine sends the runs and their ends again (metric samples are not kept)",
+        EXIT_GRACE_S,
+        sum(len(store.ops) for store in list(worker.stores.values())),
+    )
+    logging.shutdown()
+    os._exit(0)
 
 
 def main() -> int:
@@ -394,12 +413,15 @@ def main() -> int:
 
     def emit(reply: messages.Reply) -> None:
         with lock:
-            out.write(messages.encode(reply))
-            out.flush()
+            try:
+                out.write(messages.encode(reply))
+                out.flush()
+            except OSError:  # EPIPE: the engine is gone. What it held goes on to the stores,
+                os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())  # what it says nowhere
 
     inbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-    threading.Thread(target=_reader, args=(inbox,), daemon=True, name="stdin").start()
     worker = Worker(emit)
+    threading.Thread(target=_reader, args=(inbox, worker), daemon=True, name="stdin").start()
     closing_at: float | None = None
     while True:
         wait = worker.next_due()
@@ -421,7 +443,7 @@ def main() -> int:
         worker.work_due(closing=closing_at is not None)
         if closing_at is not None and (not worker.pending or time.monotonic() >= closing_at):
             if worker.pending:
-                log.warning("the engine stopped; updates its stores did not take are dropped")
+                log.warning("the engine stopped; updates its stores did not take are left")
             return 0
 
 

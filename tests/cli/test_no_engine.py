@@ -182,6 +182,36 @@ def test_a_system_engines_reader_is_told_who_starts_it(home: Home, tmp_path: Pat
         assert "is not running; an admin starts it" in done.stderr, (args, done.stderr)
 
 
+def test_engine_status_json_says_where_a_stopped_engines_home_comes_from(
+    home: Home, tmp_path: Path
+) -> None:
+    """A personal engine's home is what this shell names (GPUDESK_HOME, XDG_STATE_HOME): said
+    with where from. A station's state folder is its engine's --state-dir, which no socket
+    names: null while no engine answers, `home_unknown` saying why; it was /var/lib/gpudesk,
+    the default, as if it were the station's."""
+    socket = tmp_path / "station" / "control.sock"
+    done = gpudesk("engine", "status", "--json", env={**os.environ, "GPUDESK_SOCKET": str(socket)})
+    assert done.returncode == 3, done.stderr
+    said = json.loads(done.stdout)
+    assert (said["kind"], said["socket"], said["home"]) == ("system", str(socket), None), said
+    assert said["home_source"] is None, said
+    assert "only the running engine names" in said["home_unknown"], said
+    said = json.loads(gpudesk("engine", "status", "--json").stdout)
+    assert (said["running"], said["home"], said["home_source"], said["home_unknown"]) == (
+        False,
+        str(home.root),
+        "GPUDESK_HOME",
+        None,
+    ), said
+    env = {k: v for k, v in os.environ.items() if k not in ("GPUDESK_HOME", "GPUDESK_SOCKET")}
+    env["XDG_STATE_HOME"] = str(tmp_path / "xdg")
+    said = json.loads(gpudesk("engine", "status", "--json", env=env).stdout)
+    if said["kind"] == "personal":  # else this host is a station: its default socket is named
+        xdg = str(tmp_path / "xdg" / "gpudesk")
+        assert (said["home"], said["home_source"]) == (xdg, "XDG_STATE_HOME"), said
+    assert_no_engine(home)
+
+
 @pytest.mark.parametrize("args", [("--readonly",), ("desk", "--readonly")])
 def test_a_readonly_desk_watches_a_running_engine_and_starts_none(
     home: Home, args: tuple[str, ...]

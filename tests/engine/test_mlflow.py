@@ -1,7 +1,7 @@
 """MLflow tracking against a real MLflow SQLite store (docs/tracking.md): a sweep's parent and
 child runs with params, metric histories, energy and result metrics; a job's own
 `mlflow.start_run()` landing in the run gpudesk made for it; the engine scheduling on with the
-store down, and the runs appearing once it is back.
+store down, and the runs appearing once it is back; the tracking worker ending with its engine.
 
 mlflow is imported here only to read the store back (MlflowClient), as a user would."""
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import shutil
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -451,3 +452,84 @@ def tracking_worker(engine: EngineHandle) -> psutil.Process | None:
             if "gpudesk.tracking.worker" in " ".join(child.cmdline()):
                 return child
     return None
+
+
+def ended_runs(uri: str, experiment: str) -> list | None:
+    """The experiment's runs, once there are some and all have ended."""
+    runs = runs_of(uri, experiment)
+    return runs if runs and all(r.info.status == "FINISHED" for r in runs) else None
+
+
+def gone(process: psutil.Process) -> bool:
+    """Whether `process` has exited (a zombie its new parent has not reaped yet has)."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.slow(24)
+@pytest.mark.parametrize("end", ["stop", "SIGKILL"])
+def test_the_tracking_worker_ends_with_its_engine_even_within_a_store_call(
+    end: str, home: Home, tmp_path: Path, empty_store: Path
+) -> None:
+    """The worker is inside a call on a store another process holds locked (MLflow waits 5 s on
+    a locked SQLite file, then fails): it ends with the engine all the same, by the time
+    `engine stop` returns, or within 2 s of the engine's SIGKILL. It ran 5 s and more after the
+    engine before (10 s on an HTTP store's timeout, and 5 s of grace besides). What it could not
+    finish, the next engine sends again: each run is there once, ended."""
+    ready = store_from(empty_store, tmp_path / "ready")
+    locked = store_from(empty_store, tmp_path / "locked")
+    engine = EngineHandle(home)
+    engine.start()
+
+    def tracked(name: str, uri: str) -> dict:
+        return {
+            "name": name,
+            "command": ["true"],
+            "tracking": {"mlflow_uri": uri, "experiment": name},
+        }
+
+    # a first run, made and ended: the worker has MLflow imported and does nothing now
+    engine.submit(tracked("first", ready))
+    wait_for(lambda: ended_runs(ready, "first"), 30.0, interval=0.2, what="the first run to end")
+    worker = tracking_worker(engine)
+    assert worker is not None
+    database = tmp_path / "locked" / "mlflow.db"
+    holder = sqlite3.connect(database, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        (second,) = engine.submit(tracked("second", locked))
+        wait_for(
+            lambda: any(f.path == str(database) for f in worker.open_files()),
+            20.0,
+            what="the worker to wait on the locked store",
+        )
+        ended = time.monotonic()
+        if end == "stop":
+            result = gpudesk("engine", "stop")
+            assert result.returncode == 0, result.stderr
+            assert gone(worker), "engine stop returned before the tracking worker exited"
+        else:
+            engine.kill9()
+            wait_for(
+                lambda: gone(worker),
+                max(0.0, ended + 2.0 - time.monotonic()),
+                what="the worker to end",
+            )
+        took = time.monotonic() - ended
+        print(f"the worker ended {took:.2f} s after the engine's {end}")
+        assert took < 4.0  # its call alone waits 5 s on the lock
+    finally:
+        holder.rollback()
+        holder.close()
+    # the next engine sends what the worker held: the second run made (once), both ended
+    restarted = EngineHandle(home)
+    restarted.start()
+    assert restarted.wait_state(second, {"succeeded", "failed"}, timeout=40.0).state == "succeeded"
+    for name, uri in (("first", ready), ("second", locked)):
+        runs = wait_for(
+            lambda u=uri, n=name: ended_runs(u, n), 30.0, interval=0.3, what=f"{name}'s run"
+        )
+        assert isinstance(runs, list) and len(runs) == 1, [r.info for r in runs]
+    restarted.client.close()

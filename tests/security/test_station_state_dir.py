@@ -134,6 +134,39 @@ def test_roots_selection_run_with_the_station_down_makes_no_default_state_folder
     assert not made
 
 
+def test_engine_status_json_names_the_stations_folder_only_while_its_engine_says_it(
+    user_station: Station,
+) -> None:
+    """Running, `engine status --json`'s `home` is the folder its engine names (`home_source`
+    "engine"); stopped, it is null, `home_unknown` saying why, for root and for a member: it was
+    /var/lib/gpudesk, the default, stated as the station's own (this station's is elsewhere)."""
+    station = user_station
+    station.stop()
+    try:
+        for done in (
+            _as_root(station, "engine", "status", "--json"),
+            station.gpudesk_as("ada", "engine", "status", "--json"),
+        ):
+            assert done.returncode == 3, done.stdout + done.stderr  # not running
+            said = json.loads(done.stdout)
+            assert (said["running"], said["kind"], said["socket"]) == (
+                False,
+                "system",
+                str(station.socket),
+            )
+            assert said["home"] is None, said  # not /var/lib/gpudesk
+            assert said["home_source"] is None and "--state-dir" in said["home_unknown"], said
+    finally:
+        station.start()
+    said = json.loads(_as_root(station, "engine", "status", "--json").stdout)
+    assert (said["running"], said["home"], said["home_source"], said["home_unknown"]) == (
+        True,
+        str(station.state_dir),
+        "engine",
+        None,
+    ), said
+
+
 def _files(folder: Path) -> dict[str, bytes]:
     """Every file under `folder` (root's cache), by its path there, with its bytes."""
     return {str(f.relative_to(folder)): f.read_bytes() for f in folder.rglob("*") if f.is_file()}

@@ -1,12 +1,10 @@
-"""A tracked run as the engine holds it (`TrackedRun`), how long a placed job waits for its run
-(`run_wait_s`), and whom a worker runs as after a restart (`identity_of`)."""
+"""A tracked run as the engine holds it (`TrackedRun`), and how long a placed job waits for its
+run (`run_wait_s`)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
-from gpudesk.core.identity import Identity
 from gpudesk.engine.services.tracking.replies import EventBudget
 from gpudesk.env_seconds import env_seconds
 from gpudesk.tracking import messages
@@ -39,14 +37,3 @@ class TrackedRun:
     final_ops: list[messages.Op] = field(default_factory=list)  # its end, once sent
     running: bool = False  # a parent: told RUNNING
     events: EventBudget = field(default_factory=EventBudget)  # its worker's rejections' events
-
-
-def identity_of(uid: int) -> Identity:
-    """A user's identity from the system's records (a parent run's owner after a restart)."""
-    import pwd
-
-    try:
-        entry = pwd.getpwuid(uid)
-    except KeyError:
-        return Identity.of(uid, uid, ())
-    return Identity.of(uid, entry.pw_gid, os.getgrouplist(entry.pw_name, entry.pw_gid))

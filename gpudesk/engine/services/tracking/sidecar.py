@@ -191,7 +191,8 @@ class Sidecar:
         log.warning("tracking worker for uid %d exited (%s); restarting", self.uid, code)
 
     def close(self) -> None:
-        """The engine stops: end of input tells the worker to finish what it holds (briefly)."""
+        """The engine stops: end of input tells the worker to finish what it holds, which it
+        does within messages.EXIT_GRACE_S (`reap` waits for it)."""
         if self.process is None:
             return
         with contextlib.suppress(OSError):
@@ -201,7 +202,20 @@ class Sidecar:
             with contextlib.suppress(OSError):
                 if stream is not None:
                     stream.close()
-        self.process = None
+
+    def reap(self, deadline: float) -> None:
+        """After `close`: the worker waited for until `deadline` (monotonic), then killed."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            log.warning(
+                "tracking worker for uid %d (pid %d) had not ended: killed", self.uid, process.pid
+            )
 
     # ------------------------------------------------------------- the pipe
     def send(self, op: messages.Op, droppable: bool = False) -> None:

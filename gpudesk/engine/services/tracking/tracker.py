@@ -31,13 +31,12 @@ import time
 from collections.abc import Callable, Mapping
 
 from gpudesk import diskspace, joblog
-from gpudesk.core.identity import Identity
+from gpudesk.core.identity import Identity, login_identity
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import JobRunView
 from gpudesk.core.wire.station import TrackingHealth
-from gpudesk.engine.services.tracking.replies import Complaints
-from gpudesk.engine.services.tracking.runs import TrackedRun, identity_of, run_wait_s
+from gpudesk.engine.services.tracking.runs import TrackedRun, run_wait_s
 from gpudesk.engine.services.tracking.sidecar import Sidecar
 from gpudesk.engine.services.tracking.store_health import TRACKING_EVENT, SeesSecrets, StoreHealths
 from gpudesk.engine.state import PlacementDue
@@ -111,7 +110,7 @@ class Tracking:
 
     def _owner(self, uid: int) -> Identity | None:
         """Whom a worker for `uid` runs as (None: the engine's own user)."""
-        return runner.run_as(identity_of(uid))
+        return runner.run_as(login_identity(uid))
 
     def _restarted(self, uid: int, restart: bool) -> None:
         """A worker started: what it must know first. The first start of a worker needs
@@ -165,7 +164,7 @@ class Tracking:
                 except Exception as exc:  # one worker's replies never stop the others'
                     if diskspace.is_full(exc, self.home.root):
                         raise  # the engine's loop says that once
-                    self._complaints(uid).dropped(f"a reply the engine failed on ({exc!r})")
+                    worker.complaints.dropped(f"a reply the engine failed on ({exc!r})")
         now = time.monotonic()
         ended = [job_id for job_id, deadline in self.awaiting.items() if now >= deadline]
         for job_id in ended:
@@ -174,24 +173,30 @@ class Tracking:
             self.due.mark()
 
     def close(self) -> None:
-        """The engine stops: keep each unfinished run's step, let the workers finish."""
-        self.store.set_tracking_steps((r.key, r.step) for r in self.runs.values() if r.job_id)
+        """The engine stops: its workers finish what they hold (`Sidecar.close`; the engine
+        exits once they are gone), and each unfinished run's step is kept meanwhile."""
         for worker in self.workers.values():
             worker.close()
+        deadline = time.monotonic() + messages.EXIT_GRACE_S + 0.5  # theirs, and a margin
+        try:
+            self.store.set_tracking_steps((r.key, r.step) for r in self.runs.values() if r.job_id)
+        finally:
+            for worker in self.workers.values():
+                worker.reap(deadline)
 
     # ---------------------------------------------------------------- replies
     def _on_reply(self, uid: int, reply: messages.Reply) -> None:
         """One reply of the worker of `uid`, believed only for a run that worker was handed
         (module docstring)."""
         if isinstance(reply, messages.Health):
-            self.healths.heard(uid, reply, self._complaints(uid))
+            self.healths.heard(uid, reply, self.workers[uid].complaints)
             return
         run = self.runs.get(reply.key)
         if run is None or run.uid != uid:
             # Another user's run, or a key the engine never made (or a run already ended: a
             # late reply). Nothing of it is believed.
             whose = "no run it was handed" if run is None else "another user's run"
-            self._complaints(uid).dropped(f"a {reply.kind!r} reply for {whose}")
+            self.workers[uid].complaints.dropped(f"a {reply.kind!r} reply for {whose}")
             return
         if isinstance(reply, messages.RunMade):
             if run.run_id == reply.run_id:
@@ -220,13 +225,6 @@ class Tracking:
             log.warning("%s (%s)", message, reply.key)
             if run.job_id is not None:
                 self.store.add_event(TRACKING_EVENT, message, job_id=run.job_id)
-
-    def _complaints(self, uid: int) -> Complaints:
-        """Where the replies of `uid`'s worker that are not believed are said (rate-limited)."""
-        return self.workers[uid].complaints
-
-    def _track_store(self, run: TrackedRun) -> None:
-        self.healths.uses(run.uid, run.uri)
 
     def health_list(self, sees_secrets: SeesSecrets) -> list[TrackingHealth]:
         """Each store each owner's worker talks to, or is to talk to: what `status` shows
@@ -333,7 +331,7 @@ class Tracking:
                     )
                     self.runs[parent] = TrackedRun(parent, None, uid, tracking.mlflow_uri, create)
                     self.runs[parent].running = status == "RUNNING"
-                    self._track_store(self.runs[parent])
+                    self.healths.uses(uid, tracking.mlflow_uri)
                     worker.send(create)
                     rows.append(self._row(self.runs[parent]))
         key = content.job_key(self.station, job.id)
@@ -349,7 +347,7 @@ class Tracking:
             parent,
         )
         run = self.runs[key] = TrackedRun(key, job.id, uid, tracking.mlflow_uri, create)
-        self._track_store(run)
+        self.healths.uses(run.uid, run.uri)
         self.by_job[job.id] = key
         if parent is not None:
             self.open_children.setdefault(parent, set()).add(job.id)
@@ -372,7 +370,7 @@ class Tracking:
         assert isinstance(create, messages.CreateRun)
         run = TrackedRun(row.key, row.job_id, row.uid, row.uri, create, row.run_id, row.step)
         self.runs[row.key] = run
-        self._track_store(run)
+        self.healths.uses(run.uid, run.uri)
         if row.job_id is not None:
             self.by_job[row.job_id] = row.key
             if create.parent is not None:
