@@ -199,14 +199,6 @@ def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Path:
     return home.absolute()
 
 
-def home_named_by() -> str:
-    """What names the personal home `resolve_home` takes when none is given: "GPUDESK_HOME",
-    "XDG_STATE_HOME" ($XDG_STATE_HOME/gpudesk) or "default" (~/.local/state/gpudesk)."""
-    if os.environ.get("GPUDESK_HOME"):
-        return "GPUDESK_HOME"
-    return "XDG_STATE_HOME" if os.path.isabs(os.environ.get("XDG_STATE_HOME", "")) else "default"
-
-
 class UnsafePath(HomeError):
     """A state or socket path that is a link, not what it should be, or someone else's: gpudesk
     refuses to use it. The message is one paragraph for the user."""

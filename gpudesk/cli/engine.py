@@ -13,13 +13,7 @@ import typer
 from gpudesk.cli.common import current_home, engine_client, fail, print_json
 from gpudesk.cli.exit_codes import EXIT_FAILED, EXIT_NOT_RUNNING, EXIT_USAGE
 from gpudesk.cli.std_streams import already_done
-from gpudesk.paths import (
-    SYSTEM_ADMIN_GROUP,
-    SYSTEM_GROUP,
-    SYSTEM_SOCKET,
-    SYSTEM_STATE_DIR,
-    home_named_by,
-)
+from gpudesk.paths import SYSTEM_ADMIN_GROUP, SYSTEM_GROUP, SYSTEM_SOCKET, SYSTEM_STATE_DIR
 from gpudesk.text import printable_line, printable_message, quoted
 
 if TYPE_CHECKING:
@@ -374,7 +368,7 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
 
 def _say_not_running(home: Home, kind: str, json_out: bool) -> None:
     if json_out:
-        source = None if home.is_system else home_named_by()
+        source = None if home.is_system else _home_named_by()
         print_json(
             {
                 "running": False,
@@ -387,6 +381,14 @@ def _say_not_running(home: Home, kind: str, json_out: bool) -> None:
         )
     else:
         print(printable_line(f"engine: not running ({home.description})"))
+
+
+def _home_named_by() -> str:
+    """What names the personal home `paths.resolve_home` takes when none is given: "GPUDESK_HOME",
+    "XDG_STATE_HOME" ($XDG_STATE_HOME/gpudesk) or "default" (~/.local/state/gpudesk)."""
+    if os.environ.get("GPUDESK_HOME"):
+        return "GPUDESK_HOME"
+    return "XDG_STATE_HOME" if os.path.isabs(os.environ.get("XDG_STATE_HOME", "")) else "default"
 
 
 # A station's state folder is its engine's --state-dir: a socket names none, and only the
