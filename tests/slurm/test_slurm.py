@@ -231,10 +231,10 @@ READ_AN_EPOCH = (
 def test_a_run_on_slurm_of_a_profile_with_a_selection_trains_on_the_selection(
     slurm_engine: EngineHandle, tmp_path: Path
 ) -> None:
-    """`gpudesk run --on slurm` of a profile whose job trains on a data selection: the pre-pass
-    runs as a Slurm job first and caches the selection; the job, with no producer on the
-    cluster, reads that selection locally (GPUDESK_SELECTION) instead of the whole dataset.
-    (Before, the run was refused; before that, the job read all 120 samples.)"""
+    """`gpudesk run --on slurm` of a profile whose job trains on a data selection, followed and
+    `--detach`: the pre-pass runs as a Slurm job first and caches the selection; the job, with
+    no producer on the cluster, reads that selection locally (GPUDESK_SELECTION) instead of the
+    whole dataset. (Before, the run was refused; before that, the job read all 120 samples.)"""
     from gpudesk.paths import Home
     from gpudesk.selection.apply import select
     from gpudesk.selection.cache import SelectionCache
@@ -267,6 +267,17 @@ def test_a_run_on_slurm_of_a_profile_with_a_selection_trains_on_the_selection(
     cache = SelectionCache(Home.from_env(None).selection_dir)
     kept = select(make_dataset(120, (4,)), "random-25", cache, seed=3).indices
     assert kept is not None and sorted(read["ids"]) == kept.tolist()
+    # left to the engine: the job is queued after the pre-pass at once, told its selection too
+    on_slurm = ("--on", "slurm", "--partition", PARTITION)
+    done = _cli("run", str(profile), *on_slurm, "--detach", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    detached = json.loads(done.stdout)
+    assert len(detached["prepass_ids"]) == len(detached["ids"]) == 1, detached
+    ended = slurm_engine.wait_all_done(detached["prepass_ids"] + detached["ids"], timeout=120)
+    assert {j.state for j in ended} == {"succeeded"}, ended
+    log = _log(slurm_engine, detached["ids"][0])
+    read = json.loads(next(line for line in log.splitlines() if line.startswith("{")))
+    assert sorted(read["ids"]) == kept.tolist(), log
 
 
 def test_slurm_refusals_leave_nothing(slurm_engine: EngineHandle, cluster: SlurmCluster) -> None:
