@@ -131,8 +131,12 @@ def detached_text(detached: Detached, attach: str | None, prefix: str) -> str:
             "  a pre-pass that fails: the jobs after it are cancelled, never run (gpudesk show "
             "JOB says why)"
         )
-        recorded = "by its --attach" if attach else "never: --attach needs the profile's file"
-        lines.append(f"  pre-pass cost: recorded in the selection cache {recorded}")
+        # `select show` asks the engine for a pre-pass job's measurement the entry lacks
+        recorded = "by its --attach, or " if attach else ""
+        lines.append(
+            f"  pre-pass cost: recorded in the selection cache {recorded}by `gpudesk select "
+            "show KEY`"
+        )
     if prefix:
         # A followed run's station stops when its last run ends (own_station); a detached
         # run leaves, so nothing stops it until a run is followed there or it is stopped.

@@ -228,12 +228,14 @@ def run_command(
             identity=identity,
             verify=verify,
         )
+        about = selection.describe()
+        if about["key"] is not None and not about["reused"] and (job := _engine_job()):
+            cache.note_job(about["key"], job)  # its measurement to come (`select show`)
     except PresetError as exc:
         fail(str(exc), EXIT_FAILED)
     except OSError as exc:  # the cache could not be written (a home on a read-only disk)
         _not_written(cache, exc)
     _report_problems(cache)
-    about = selection.describe()
     if about["key"] is not None and not about["reused"]:
         already_done("the selection was computed and cached all the same: " + LIST_HINT)
     result = {"dataset": settings["factory"], "fingerprint": selection.fingerprint, **about}
@@ -271,6 +273,12 @@ def _built(settings: dict[str, Any]) -> tuple[Any, Any]:
     except Exception as exc:  # the user's factory failed: say so, without a traceback
         fail(f"{settings['factory']} failed to build the dataset: {type(exc).__name__}: {exc}")
     return data, aim
+
+
+def _engine_job() -> int | None:
+    """The engine job this command runs as (GPUDESK_JOB_ID, which the engine sets), if any."""
+    job = os.environ.get("GPUDESK_JOB_ID", "")
+    return int(job) if job.isascii() and job.isdigit() else None
 
 
 def _reuser() -> str:
@@ -413,7 +421,7 @@ def show_command(
     as_json: ShowJsonOption = False,
 ) -> None:
     """One cached ordering: what it was computed from, who reused it, and what it keeps."""
-    from gpudesk.cli.select_show import add_kept, entry_data, print_entry
+    from gpudesk.cli.select_show import add_kept, entry_data, print_entry, with_job_measured
 
     if percent is not None and preset is not None:
         fail("give --percent or --preset, not both", EXIT_USAGE)
@@ -425,7 +433,8 @@ def show_command(
             f"no selection cache entry '{printable_line(key)}' (see `gpudesk select list`)",
             EXIT_FAILED,
         )
-    data = entry_data(entry)
+    entry, unmeasured = with_job_measured(cache, entry)
+    data = entry_data(entry) | {"job_unmeasured": unmeasured}
     chosen = f"{entry.method}-{percent}" if percent is not None else preset
     positions, kept = add_kept(data, cache, entry, chosen, as_json)
     if as_json:

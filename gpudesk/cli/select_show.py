@@ -17,6 +17,38 @@ if TYPE_CHECKING:
     from gpudesk.selection.cache import Entry, SelectionCache
 
 
+def with_job_measured(cache: SelectionCache, entry: Entry) -> tuple[Entry, str | None]:
+    """The entry, with what the engine measured of the job that computed it recorded where it
+    names the job but not yet its measurement (a run left to the engine, `gpudesk run
+    --detach`, that no `gpudesk run --attach` followed): asked of the engine now. Else, with
+    why it is not in (None: nothing was missing)."""
+    from gpudesk.api.errors import EngineError
+    from gpudesk.api.prepass import prepass_output, record_prepass
+    from gpudesk.cli.common import engine_client
+
+    job_id = entry.cost.job
+    if job_id is None or entry.cost.job_wall_s is not None:
+        return entry, None
+    try:
+        with engine_client(autostart=False) as client:
+            found = [j for j in client.jobs(ids=[job_id], usage=True) if j.id == job_id]
+    except EngineError:
+        return entry, "its engine is not running to be asked"
+    if not found:
+        return entry, "its engine no longer has it"
+    job = found[0]
+    if job.ended_at is None:
+        return entry, f"it is {job.state}"
+    output = prepass_output(job) if job.state == "succeeded" else None
+    if output is None or output.get("key") != entry.key:  # another engine's job of that id
+        return entry, f"the engine's job {job_id} did not compute this entry"
+    try:
+        record_prepass(cache, job)
+    except OSError as exc:  # a cache it may read but not write: shown, not kept
+        return entry, f"measured, but not recorded: {exc.strerror or exc}"
+    return cache.load(entry.key) or entry, None
+
+
 def entry_data(entry: Entry) -> dict[str, Any]:
     """The entry's fields, as --json prints them."""
     labelled = entry.labels is not None
@@ -100,6 +132,8 @@ def print_entry(
             "as a job",
             "-"
             if cost.job is None
+            else f"job {cost.job}: not measured yet ({data['job_unmeasured']})"
+            if data.get("job_unmeasured")
             else f"job {cost.job}: {render.duration(cost.job_wall_s)} wall, "
             + ("energy n/a" if cost.energy_j is None else f"{cost.energy_j / J_PER_WH:.4f} Wh"),
         ),

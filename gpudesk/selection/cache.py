@@ -195,13 +195,26 @@ class SelectionCache:
         self, key: str, job: int, wall_s: float | None, cpu_s: float | None, energy_j: float | None
     ) -> None:
         """Add what the engine measured of the job that computed the entry, once: an entry
-        that names its job already keeps it (`gpudesk run --attach` records a run's pre-passes
-        again, and only those its `gpudesk run` did not: one that was not followed)."""
+        whose job's measurement is in keeps it (`gpudesk run --attach` records a run's
+        pre-passes again, and only those its `gpudesk run` did not: one that was not
+        followed), and an entry that names another job (`note_job`) is not that job's."""
+
+        def update(meta: dict[str, Any]) -> None:
+            cost = meta.setdefault("cost", {})
+            if cost.get("job") in (None, job) and cost.get("job_wall_s") is None:
+                cost.update(job=job, job_wall_s=wall_s, job_cpu_s=cpu_s, energy_j=energy_j)
+
+        self._update_meta(key, update)
+
+    def note_job(self, key: str, job: int) -> None:
+        """Name the engine job computing the entry, its measurement to come
+        (`record_job_cost`): whoever asks the engine for it later can record it, a run left to
+        the engine that no `gpudesk run --attach` followed too (`gpudesk select show`)."""
 
         def update(meta: dict[str, Any]) -> None:
             cost = meta.setdefault("cost", {})
             if cost.get("job") is None:
-                cost.update(job=job, job_wall_s=wall_s, job_cpu_s=cpu_s, energy_j=energy_j)
+                cost["job"] = job
 
         self._update_meta(key, update)
 

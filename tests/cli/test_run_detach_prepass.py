@@ -105,7 +105,7 @@ def test_a_detached_run_queues_its_prepass_and_the_jobs_after_it_and_attach_reco
         "succeeded)"
     ) in text, text
     assert "a pre-pass that fails: the jobs after it are cancelled, never run" in text
-    assert "pre-pass cost: recorded in the selection cache by its --attach" in text
+    assert "pre-pass cost: recorded in the selection cache by its --attach, or by" in text
 
     gate.touch()
     waited = gpudesk("wait", "--group", group, timeout=120)
@@ -116,7 +116,8 @@ def test_a_detached_run_queues_its_prepass_and_the_jobs_after_it_and_attach_reco
     assert train["started_at"] >= prepass["ended_at"]
     cache = SelectionCache(sel_engine.home.selection_dir)
     (entry,) = cache.entries()
-    assert entry.cost.job is None  # no command waited for the pre-pass: not recorded yet
+    # no command waited for the pre-pass: its job is named, its measurement not recorded yet
+    assert entry.cost.job == prepass["id"] and entry.cost.job_wall_s is None
 
     attached = gpudesk("run", str(profile), "--attach", "--json", timeout=120)
     assert attached.returncode == 0, attached.stdout + attached.stderr
@@ -129,6 +130,47 @@ def test_a_detached_run_queues_its_prepass_and_the_jobs_after_it_and_attach_reco
 
 
 @pytest.mark.slow(3)
+@pytest.mark.slow(5)
+def test_a_detached_run_never_attached_has_its_prepass_cost_recorded_by_select_show(
+    sel_engine: EngineHandle, tmp_path: Path
+) -> None:
+    """No `--attach` follows the run (its profile may be gone, or read from a pipe): the
+    pre-pass job named itself in the entry it computed, and `gpudesk select show KEY` asks the
+    engine for what it measured of that job once it ended, and records it, once."""
+    profile = selection_profile(tmp_path, 'selection = "random-25"')
+    done = gpudesk("run", str(profile), "--detach", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    detached = json.loads(done.stdout)
+    (prepass_id,) = detached["prepass_ids"]
+    waited = gpudesk("wait", "--group", detached["group"], timeout=120)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    cache = SelectionCache(sel_engine.home.selection_dir)
+    (entry,) = cache.entries()
+    assert entry.cost.job == prepass_id and entry.cost.job_wall_s is None
+
+    def as_a_job() -> str:
+        shown = gpudesk("select", "show", entry.key)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        return next(x for x in shown.stdout.splitlines() if x.startswith("as a job"))
+
+    # its engine stopped: not started to be asked, and the line says why the figure is missing
+    sel_engine.stop()
+    line = " ".join(as_a_job().split())
+    assert line.endswith(
+        f"job {prepass_id}: not measured yet (its engine is not running to be asked)"
+    ), line
+    assert sel_engine.pid is None
+    sel_engine.start(slots=2)
+    line = as_a_job()
+    assert f"job {prepass_id}: " in line and "wall" in line and "not measured" not in line, line
+    (entry,) = cache.entries()  # recorded in the entry, not only shown
+    assert entry.cost.job == prepass_id and (entry.cost.job_wall_s or 0) > 0
+    assert entry.cost.job_cpu_s is not None
+    cache.note_job(entry.key, prepass_id + 1)  # an entry that names its job keeps it
+    (again,) = cache.entries()
+    assert again.cost == entry.cost
+
+
 def test_a_failed_prepass_of_a_detached_run_cancels_the_jobs_after_it(
     sel_engine: EngineHandle, tmp_path: Path
 ) -> None:

@@ -37,10 +37,13 @@ def test_a_detached_run_with_prepasses_lists_them_and_where_their_cost_is_record
         "pre-pass has succeeded)"
     ) in said, text
     assert text.splitlines()[-1] == (
-        "  pre-pass cost: recorded in the selection cache by its --attach"
+        "  pre-pass cost: recorded in the selection cache by its --attach, or by `gpudesk "
+        "select show KEY`"
     )
-    # from a pipe: no --attach, so nothing records it
+    # from a pipe: no --attach, so `select show` alone records it
     piped = detached_text(run, None, "")
-    assert piped.splitlines()[-1].endswith("never: --attach needs the profile's file"), piped
+    assert piped.splitlines()[-1] == (
+        "  pre-pass cost: recorded in the selection cache by `gpudesk select show KEY`"
+    ), piped
     # no pre-pass: no word of them
     assert "pre-pass" not in detached_text(RUN, ATTACH, "")
