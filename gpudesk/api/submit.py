@@ -213,6 +213,29 @@ def register_datasets(
         raise EngineError(f"{exc}; an admin registers them once ({how})", exc.code) from None
 
 
+def registered_datasets(client: Client) -> list[DatasetSpec]:
+    """The shared-loader datasets the engine knows (registered by a profile's run or `gpudesk
+    loader register`)."""
+    from gpudesk.api.models import to_builtins
+    from gpudesk.core.datasets import DatasetSpec
+
+    return [DatasetSpec.from_dict(to_builtins(s)) for s in client.register_datasets([]).specs]
+
+
+def told_selection(client: Client, dataset: str, selection: str) -> dict[str, str] | None:
+    """The environment that tells a job sent to Slurm alone (`gpudesk submit --on slurm
+    --dataset D --selection P`) its selection, from the engine's registered `dataset` (its
+    loader's fallback reads the selection, as a profile's job does: `on_cluster`); None where
+    the engine knows no such dataset."""
+    from gpudesk.core.datasets import selection_env
+    from gpudesk.core.local_selection import ENV_SELECTION
+
+    for spec in registered_datasets(client):
+        if spec.name == dataset:
+            return {ENV_SELECTION: selection_env(dataset, spec.variant(selection))}
+    return None
+
+
 def prepare_station(
     client: Client, profile: Profile, *, apply: bool = False, how_to_apply: str = ""
 ) -> StationReport | None:

@@ -114,8 +114,7 @@ def _profile_dataset(name: str, profile: Path) -> Any:
 def _registered_dataset(name: str) -> Any:
     """A dataset the engine knows by name (registered by a profile's run)."""
     from gpudesk.api.errors import EngineError
-    from gpudesk.api.models import to_builtins
-    from gpudesk.core.datasets import DatasetSpec
+    from gpudesk.api.submit import registered_datasets
 
     hint = (
         f"'{printable_line(name)}': give the dataset as MODULE:FACTORY, or name a [datasets] "
@@ -123,12 +122,12 @@ def _registered_dataset(name: str) -> Any:
     )
     try:
         with engine_client(autostart=False) as client:
-            specs = client.register_datasets([]).specs
+            specs = registered_datasets(client)
     except EngineError:
         fail(f"{hint} (no engine runs here to ask for its datasets)", EXIT_USAGE)
     for spec in specs:
         if spec.name == name:
-            return DatasetSpec.from_dict(to_builtins(spec))
+            return spec
     known = ", ".join(spec.name for spec in specs) or "none"
     fail(
         f"{hint}; the engine knows no dataset '{printable_line(name)}' (it knows: {known})",

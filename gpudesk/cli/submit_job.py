@@ -68,6 +68,33 @@ def job_fields(
     }
 
 
+def tell_selection(raw: dict[str, Any]) -> None:
+    """A job sent to Slurm alone with a data selection (`--on slurm --dataset D --selection
+    P`): told it (GPUDESK_SELECTION in its env) from the dataset the engine has registered, so
+    that its loader's fallback reads the selection, as a profile's job on Slurm does
+    (docs/slurm.md). A dataset the engine does not know: one paragraph, exit 2."""
+    from gpudesk.api.submit import told_selection
+
+    dataset, selection = raw.get("dataset"), raw.get("selection")
+    if raw.get("cluster") is None or not dataset or selection in (None, "full"):
+        return
+    try:
+        with engine_client() as client:
+            told = told_selection(client, dataset, selection)
+    except ValueError:  # not a preset: `checked_spec` says so, at its option
+        return
+    if told is None:
+        fail(
+            f"--selection on Slurm: the engine knows no dataset {quoted(dataset)} (a profile's "
+            "[datasets] table registers one, when it runs or with `gpudesk loader register "
+            "PROFILE`), and a job on Slurm, with no shared loader producer there, needs its "
+            "factory to read the selection; register it, or run the profile. Nothing was "
+            "submitted",
+            EXIT_USAGE,
+        )
+    raw["env"] = {**raw["env"], **told}
+
+
 def _program_name(program: str) -> str:
     """The job's name where --name gives none: its program's file name, unless that is all
     digits or reads as an array's task (`12_3`): a job reference of digits is read as an id,
@@ -158,9 +185,11 @@ def check_gpu_hints(spec: JobSpec) -> None:
 
 
 def checked_spec(raw: dict[str, Any]) -> JobSpec:
-    """The job's spec; a field it refuses is reported as the option that gave it."""
+    """The job's spec, told its selection where it goes to Slurm with one (`tell_selection`);
+    a field it refuses is reported as the option that gave it."""
     from gpudesk.core.jobs import JobSpec, SpecError
 
+    tell_selection(raw)
     try:
         spec = JobSpec.from_dict(raw)
     except SpecError as exc:

@@ -530,11 +530,11 @@ class JobSpec:
         ):
             raise SpecError(
                 "selection",
-                "a job on Slurm reads a selection only as a profile's job: `gpudesk run "
-                "PROFILE --on slurm` tells it the [datasets] table the selection is of "
-                "(docs/slurm.md); alone, with no shared loader producer on the cluster, its "
-                "SharedLoader would read its factory's whole dataset. Leave out the "
-                "selection, run it from a profile, or run the job on the station",
+                "a job on Slurm reads a selection only where its environment tells it the "
+                f"dataset's [datasets] table ({ENV_SELECTION}, which `gpudesk run --on slurm` "
+                "and `gpudesk submit --on slurm` set; docs/slurm.md): with no shared loader "
+                "producer on the cluster its SharedLoader would read its factory's whole "
+                "dataset. Leave out the selection, set it, or run the job on the station",
             )
         if problem := never_met(values.get("after", ()), values.get("after_notok", ())):
             raise SpecError("after_notok", problem)

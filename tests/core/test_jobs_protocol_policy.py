@@ -61,7 +61,7 @@ def record(
         (
             {"name": "x", "command": ["a"], "dataset": "d", "selection": "el2n-25", "cluster": {}},
             "selection",
-            "a job on Slurm reads a selection only as a profile's job",
+            "a job on Slurm reads a selection only where its environment tells it",
         ),
     ],
 )

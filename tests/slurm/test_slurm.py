@@ -280,6 +280,55 @@ def test_a_run_on_slurm_of_a_profile_with_a_selection_trains_on_the_selection(
     assert sorted(read["ids"]) == kept.tolist(), log
 
 
+def test_a_job_sent_to_slurm_alone_with_a_selection_reads_it(
+    slurm_engine: EngineHandle, tmp_path: Path
+) -> None:
+    """`gpudesk submit --on slurm --dataset D --selection P`: the job is told the selection of
+    the dataset the engine registered, and its loader's fallback reads it (chosen on the node,
+    no pre-pass cached it); a dataset the engine does not know is refused, nothing sent."""
+    factory = "gpudesk.workloads.synthetic:make_dataset"
+    script = tmp_path / "read_epoch.py"
+    script.write_text(f"FACTORY = {factory!r}\n" + READ_AN_EPOCH.replace("syn", "alone"))
+    profile = tmp_path / "alone.toml"
+    profile.write_text(
+        f'name = "alone"\n[datasets.alone]\nfactory = "{factory}"\n'
+        # seed 4: not the other tests' entry (one random ordering serves every random-P)
+        "args = { size = 120, shape = [4] }\nseed = 4\n\n"
+        '[[jobs]]\nname = "unused"\ncommand = ["true"]\n'
+    )
+    registered = _cli("loader", "register", str(profile))
+    assert registered.returncode == 0, registered.stdout + registered.stderr
+    on_slurm = ("--on", "slurm", "--partition", PARTITION)
+    done = _cli(
+        "submit",
+        *on_slurm,
+        "--dataset",
+        "alone",
+        "--selection",
+        "random-50",
+        "--parsable",
+        "--",
+        sys.executable,
+        str(script),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (job,) = slurm_engine.wait_all_done([int(done.stdout.split(";")[0])], timeout=60)
+    assert job.state == "succeeded", job
+    log = _log(slurm_engine, job.id)
+    assert "reading its data selection random-50 locally, 60 of 120 samples (chosen here)" in log
+    read = json.loads(next(line for line in log.splitlines() if line.startswith("{")))
+    assert len(read["ids"]) == len(set(read["ids"])) == 60
+    before = slurm_engine.client.request("jobs", archived=True)["jobs"]
+    refused = _cli(
+        "submit", *on_slurm, "--dataset", "nobody", "--selection", "random-50", "--", "true"
+    )
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == 2, said
+    assert said.startswith("error: --selection on Slurm: the engine knows no dataset 'nobody'")
+    assert said.endswith("Nothing was submitted") and "Traceback" not in said
+    assert slurm_engine.client.request("jobs", archived=True)["jobs"] == before
+
+
 def test_slurm_refusals_leave_nothing(slurm_engine: EngineHandle, cluster: SlurmCluster) -> None:
     before = slurm_engine.client.request("jobs")["jobs"]
     queued_before = cluster.run("squeue", "-h", "-o", "%i")
