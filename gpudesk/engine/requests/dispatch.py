@@ -107,9 +107,8 @@ class RequestHandlers:
                             settle(lambda: step.finish(result))
 
                     try:
-                        self.parts.offloop.submit(
-                            caller.uid, step.what, step.work, done, step.bound_s
-                        )
+                        uid = caller.uid if step.counted else None
+                        self.parts.offloop.submit(uid, step.what, step.work, done, step.bound_s)
                     except Busy as exc:
                         post(protocol.encode_error(request_id, protocol.REFUSED, str(exc)))
                 else:
