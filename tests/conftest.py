@@ -346,9 +346,8 @@ class EngineInProcess:
         if isinstance(answer, Pending):
             posted: list[bytes] = []
             answer.start(posted.append)
-            for _turn in range(100_000):
-                if posted:
-                    break
+            deadline = time.monotonic() + 30.0  # work off the loop (a submit's name) on a thread
+            while not posted and time.monotonic() < deadline:
                 self.engine.offloop.deliver()  # the loop's next turn
             answer = posted[0]
         return json.loads(answer)  # type: ignore[no-any-return]

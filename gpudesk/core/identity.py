@@ -20,7 +20,10 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from gpudesk.core import protocol
+from gpudesk.core.protocol import ProtocolError
 from gpudesk.paths import user_name
+from gpudesk.text import is_text, quoted
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,19 @@ class Caller:
 def user_id(name: str) -> int | None:
     """A user's uid by name (or a uid given as digits), or None when there is none."""
     return _number_of(name, lambda n: pwd.getpwnam(n).pw_uid)
+
+
+def user_arg(value: str | int | None) -> int | None:
+    """A request's `user` argument (a user name, or a uid: JobsArgs checks its type and range)
+    as a uid; a name the system does not know is refused (ProtocolError)."""
+    if value is None or isinstance(value, int):
+        return value
+    uid = user_id(value) if value and is_text(value) else None
+    if uid is None:
+        raise ProtocolError(
+            protocol.INVALID_ARGS, f"'user': no user named {quoted(value)} on this station"
+        )
+    return uid
 
 
 def group_id(name: str) -> int | None:

@@ -64,9 +64,10 @@ class Later(Generic[T]):
     intent on the loop between its checks and its sbatches)."""
 
     work: Callable[[], T]
-    finish: Callable[[T], msgspec.Struct | Later[Any]]  # a reply, or a next step
+    finish: Callable[[T], msgspec.Struct | Later[Any] | NextTurn]  # a reply, or a next step
     bound_s: float
     what: str  # for messages: "reading job 12's log"
+    counted: bool = True  # against the caller's PER_USER (not: a submit's name lookup)
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class Pending:
 
 @dataclass
 class _Task:
-    uid: int
+    uid: int | None
     work: Callable[[], Any]
     done: Callable[[Any, BaseException | None], None]  # on the loop
     deadline: float
@@ -124,7 +125,7 @@ class OffLoop:
 
     def submit(
         self,
-        uid: int,
+        uid: int | None,
         what: str,
         work: Callable[[], Any],
         done: Callable[[Any, BaseException | None], None],
@@ -132,9 +133,9 @@ class OffLoop:
     ) -> None:
         """Run `work` off the loop; `done(result, error)` is called on the loop once, with the
         result, the exception `work` raised, or a TimeoutError past `bound_s`. Raises Busy when
-        this user has too much in flight."""
+        this user has too much in flight (`uid` None: work counted against no one's)."""
         mine = sum(1 for task in self._in_flight if task.uid == uid)
-        if mine >= self.per_user:
+        if uid is not None and mine >= self.per_user:
             raise Busy(
                 f"uid {uid} already has {mine} slow request(s) in progress (the most one user "
                 f"may have at once is {self.per_user}); try again when they have finished"

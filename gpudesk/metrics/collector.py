@@ -351,9 +351,12 @@ def _loop(snapshot: MetricsSnapshot) -> list[Metric]:
     other client waits that long (docs/metrics.md, "The engine's loop")."""
     requests = HistogramMetricFamily(
         "gpudesk_engine_request_seconds",
-        "Time each request held the engine's loop, in seconds: decoding it, its handler and "
-        "encoding its reply, by op (an op the engine does not know is `unknown`, an undecodable "
-        "request `invalid`). Every other client waits meanwhile. Since this engine started.",
+        "Time each request held the engine's loop, in seconds, each hold one observation: "
+        "decoding it, its handler and encoding its reply; a request answered in later turns "
+        "(job control of many jobs a slice a turn, work done off the loop) is observed once a "
+        "step, each step's own time (not the time the client waited). By op (an op the engine "
+        "does not know is `unknown`, an undecodable request `invalid`). Every other client "
+        "waits meanwhile. Since this engine started.",
         labels=["op"],
     )
     for op, buckets in snapshot.requests:

@@ -15,12 +15,15 @@ Labels are bounded too: an op name a client made up is counted as "unknown", and
 or the metrics' series by sending names.
 
 Owned by the loop's thread; the metrics exporter copies `histograms()` into its snapshot.
-Recording costs two clock reads and a deque append per request.
+Recording costs two clock reads and a deque append per request. A request answered within
+another's hold (a reply posted on the loop lets its connection's next requests through) is
+counted as its own op, and taken off the other's time (`hold`, `held`).
 """
 
 from __future__ import annotations
 
 import heapq
+import time
 from collections import deque
 
 from gpudesk.core.wire.station import LoopRequest, LoopTimingView, LoopTurn, LoopTurns
@@ -87,6 +90,21 @@ class LoopTiming:
         self._turns: deque[tuple[float, str, float]] = deque(maxlen=window)  # (s, step, its s)
         self._by_op = _Labelled()
         self._by_step = _Labelled()
+        self._inner = 0.0  # the holds of requests answered within the hold being timed
+
+    def hold(self) -> tuple[float, float]:
+        """A request's hold of the loop begins (`held` ends it)."""
+        started, self._inner = (time.perf_counter(), self._inner), 0.0
+        return started
+
+    def held(self, started: tuple[float, float], op: str, uid: int) -> None:
+        """A request's hold of the loop, begun at `hold`, ends: counted as `op`'s, less the
+        holds of the requests answered within it (a reply posted lets its connection's next
+        requests through, each counted as its own op, not twice and not as this one's)."""
+        at, outer = started
+        seconds = time.perf_counter() - at
+        self.request(op, seconds - self._inner, uid)
+        self._inner = outer + seconds
 
     def request(self, op: str, seconds: float, uid: int) -> None:
         """One request held the loop `seconds` (`op`: its op, or "unknown"/"invalid")."""

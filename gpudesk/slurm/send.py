@@ -8,6 +8,8 @@ run on a worker thread and read no store and no state of the loop's.
 
 from __future__ import annotations
 
+import contextlib
+import pwd
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -75,6 +77,9 @@ class Prepared:
     commands: SlurmCommands
     offer: GresOffer
     name: str
+    # the owner's home as the password database has it ("" where it has none): a system
+    # engine's Slurm folders go under it, and the lookup may wait on LDAP or SSSD
+    home: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,11 @@ def prepare(
         name = known_name or commands.cluster_name()
     except (SlurmError, SlurmMappingError) as exc:
         raise SubmitRefused(f"{str(exc).rstrip('.')}. Nothing was submitted.") from None
-    return Prepared(cluster, commands, offer, name)
+    home = ""
+    if acts_for_other(owner):
+        with contextlib.suppress(KeyError):
+            home = pwd.getpwuid(owner.uid).pw_dir
+    return Prepared(cluster, commands, offer, name, home)
 
 
 def send(

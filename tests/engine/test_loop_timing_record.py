@@ -3,6 +3,8 @@ send, and its figures are the window's."""
 
 from __future__ import annotations
 
+import time
+
 from gpudesk.core.wire.station import LoopRequest, LoopTurn
 from gpudesk.metrics.loop_timing import BUCKETS_S, MAX_LABELS, OTHER, LoopTiming
 
@@ -24,6 +26,26 @@ def test_the_window_keeps_the_latest_requests_and_names_the_slowest() -> None:
     jobs = dict(by_op)["jobs"]
     assert jobs.count == 1 and jobs.sum_s == 2.0
     assert jobs.cumulative[BUCKETS_S.index(1.0)] == 0 and jobs.cumulative[-1] == 1
+
+
+def test_a_request_answered_within_anothers_hold_is_its_own_not_the_others() -> None:
+    """A step whose posted reply lets its connection's next requests through: each of those is
+    counted as its own op, and the step's own time is its hold less theirs (not both, twice)."""
+    timing = LoopTiming()
+    outer = timing.hold()
+    time.sleep(0.01)
+    for _ in range(2):
+        inner = timing.hold()
+        nested = timing.hold()  # a request answered within that one, in turn
+        time.sleep(0.03)
+        timing.held(nested, "status", 1001)
+        timing.held(inner, "ping", 1001)
+    timing.held(outer, "cancel", 1000)
+    by_op = dict(timing.histograms()[0])
+    assert by_op["status"].count == 2 and by_op["status"].sum_s >= 0.06
+    assert by_op["ping"].count == 2 and by_op["ping"].sum_s < 0.01
+    assert by_op["cancel"].count == 1 and 0.01 <= by_op["cancel"].sum_s < 0.06  # not 0.07+
+    assert timing.summary().requests == 5
 
 
 def test_no_request_yet_has_no_figures() -> None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pwd
 import queue
 import secrets
 import time
@@ -133,16 +132,14 @@ class SlurmBackend:
         known_name = cluster.name or self.cluster_names.get((conf, owner.uid))
         return lambda: slurm_send.prepare(list(specs), cluster, conf, owner, known_name)
 
-    def slurm_folder(self, owner: Identity, job_id: int) -> Path:
+    def slurm_folder(self, ready: Prepared, job_id: int) -> Path:
         """Where a submission's script and output go: a personal engine's GPUDESK_HOME/slurm/ID;
         for another user (a system engine), a new folder under her home as the password
-        database has it (never $HOME from her request), which her process makes."""
+        database has it (step 1 asked, off the loop; never $HOME from her request), which her
+        process makes."""
+        owner, home = ready.commands.owner, ready.home
         if not acts_for_other(owner):
             return self.home.root / "slurm" / str(job_id)
-        try:
-            home = pwd.getpwuid(owner.uid).pw_dir
-        except KeyError:
-            home = ""
         if not home or not os.path.isabs(home) or home == "/":
             raise SlurmError(
                 f"uid {owner.uid} has no home folder in the password database, and a Slurm "
@@ -218,7 +215,7 @@ class SlurmBackend:
         has them now (parents in this request are resolved as they are sent)."""
         first = submission.tasks[0]
         assert first.job_id is not None
-        folder = self.slurm_folder(ready.commands.owner, first.job_id)
+        folder = self.slurm_folder(ready, first.job_id)
         log_name = "task-{}.log" if submission.is_array else "output.log"
         script = folder / "job.sbatch"
         gres = next((o.value for o in submission.options if o.flag == "--gres"), None)

@@ -15,7 +15,7 @@ import msgspec
 
 from gpudesk.core import protocol
 from gpudesk.core.field_checks import reads_as_job_id
-from gpudesk.core.identity import Caller, user_id
+from gpudesk.core.identity import Caller
 from gpudesk.core.job_changes import ended_unsaved
 from gpudesk.core.job_ref_checks import checked_ref
 from gpudesk.core.jobs import TasksOf
@@ -42,7 +42,6 @@ from gpudesk.metrics.loop_timing import LoopTiming
 from gpudesk.paths import Home
 from gpudesk.policy.access import Access
 from gpudesk.policy.queue import JobQueue
-from gpudesk.text import is_text, quoted
 
 # An op's handler: its arguments (decoded into the op's type in gpudesk.core.wire.requests) and
 # who asks in, its reply (or the work that builds it later, or its next slice) out.
@@ -85,12 +84,6 @@ class Requests:
 
     def __init__(self, parts: EngineParts) -> None:
         self.parts = parts
-
-    def _simulated(self) -> str | None:
-        """The station's backend when its GPUs are simulated (`sim:MODEL`), for replies that
-        must say so; None on a real (or CPU-only) station."""
-        monitor = self.parts.telemetry.monitor
-        return monitor.backend.name if monitor.simulated else None
 
     def _sees_secrets(self, caller: Caller, owner_uid: int) -> bool:
         """Whether `caller` sees the secrets in the URIs of `owner_uid`'s jobs (a tracking
@@ -149,15 +142,3 @@ class Requests:
             found.setdefault(checked)
         arrays = self.parts.store.array_tasks(sorted(by_id))
         return list(dict.fromkeys(j for i in found for j in (i, *arrays.get(i, {}).values())))
-
-
-def user_arg(value: str | int | None) -> int | None:
-    """The `user` argument (a user name, or a uid: JobsArgs checks its type and range) as a uid."""
-    if value is None or isinstance(value, int):
-        return value
-    uid = user_id(value) if value and is_text(value) else None
-    if uid is None:
-        raise ProtocolError(
-            protocol.INVALID_ARGS, f"'user': no user named {quoted(value)} on this station"
-        )
-    return uid

@@ -5,7 +5,6 @@ request goes through: decoded, dispatched, timed, and any error mapped to its pr
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -63,7 +62,7 @@ class RequestHandlers:
         whose work may wait answers `Later`, one whose work is long `NextTurn`: the reply then
         comes through the `Pending`."""
         request_id = None
-        started, op = time.perf_counter(), "invalid"  # how long it held the loop, per op
+        started, op = self.parts.loop.hold(), "invalid"  # how long it held the loop, per op
         try:
             request = protocol.decode_request(raw)
             request_id = request.id
@@ -85,7 +84,7 @@ class RequestHandlers:
         except Exception as exc:
             return self._error_reply(request_id, exc, op)
         finally:
-            self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
+            self.parts.loop.held(started, op, caller.uid)
 
     def _pending(
         self, request_id: Any, caller: Caller, first: Later[Any] | NextTurn, op: str
@@ -95,7 +94,7 @@ class RequestHandlers:
         the loop is counted as `op`'s."""
 
         def start(post: Callable[[bytes], None]) -> None:
-            def answer(step: Any) -> None:
+            def answer(step: Any, out: Callable[[bytes], None]) -> None:
                 if isinstance(step, NextTurn):
                     self.parts.offloop.next_turn(lambda: settle(step.step))
                 elif isinstance(step, Later):
@@ -107,24 +106,25 @@ class RequestHandlers:
                             settle(lambda: step.finish(result))
 
                     try:
-                        self.parts.offloop.submit(
-                            caller.uid, step.what, step.work, done, step.bound_s
-                        )
+                        uid = caller.uid if step.counted else None
+                        self.parts.offloop.submit(uid, step.what, step.work, done, step.bound_s)
                     except Busy as exc:
-                        post(protocol.encode_error(request_id, protocol.REFUSED, str(exc)))
+                        out(protocol.encode_error(request_id, protocol.REFUSED, str(exc)))
                 else:
-                    post(_result_reply(request_id, step))
+                    out(_result_reply(request_id, step))
 
             def settle(step: Callable[[], Any]) -> None:
-                started = time.perf_counter()  # a step holds the loop too: counted as op
+                started, replies = self.parts.loop.hold(), list[bytes]()  # counted as op too
                 try:
-                    answer(step())
+                    answer(step(), replies.append)
                 except Exception as exc:
-                    post(self._error_reply(request_id, exc, op))
+                    replies.append(self._error_reply(request_id, exc, op))
                 finally:
-                    self.parts.loop.request(op, time.perf_counter() - started, caller.uid)
+                    self.parts.loop.held(started, op, caller.uid)
+                for reply in replies:  # posted after: the requests it lets through are not op's
+                    post(reply)
 
-            answer(first)
+            answer(first, post)
 
         return Pending(start)
 

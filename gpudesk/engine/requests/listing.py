@@ -13,7 +13,7 @@ import msgspec
 
 from gpudesk import joblog
 from gpudesk.core import protocol
-from gpudesk.core.identity import Caller
+from gpudesk.core.identity import Caller, user_arg
 from gpudesk.core.job_changes import held_text
 from gpudesk.core.jobs import JobState
 from gpudesk.core.protocol import ProtocolError
@@ -24,7 +24,7 @@ from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
 from gpudesk.engine.backends.base import JobsView, OwnerRead
 from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.offloop import Later, NextTurn, in_turns
-from gpudesk.engine.requests.common import Handler, Requests, user_arg
+from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.text import ends_in_c1_lead, printable_bytes
 from gpudesk.trust import UntrustedFileError
 
@@ -93,7 +93,7 @@ class ListingRequests(Requests):
             after_id=None if descending else cursor,
             total=page.total,
             damaged=[DamagedJob(id=d.id, reason=d.reason) for d in page.damaged],
-            simulated=self._simulated(),
+            simulated=self.parts.control.backends.local.simulated(),
             drain=self.parts.scheduler.drain.state,
             own_only=args.user is None and owner is not None,  # `actable` narrowed it
         )
@@ -202,7 +202,7 @@ class ListingRequests(Requests):
             tracking=parts.tracking.job_view(job, self._sees_secrets(caller, job.owner.uid)),
             series=series,
             remaining=views[0].remaining,
-            simulated=self._simulated(),
+            simulated=self.parts.control.backends.local.simulated(),
             earlier_events=earlier,
             array=ArrayTasksView.of(parts.store.array_tasks([job.id]).get(job.id)),
         )

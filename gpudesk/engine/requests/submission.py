@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpudesk.core import protocol
-from gpudesk.core.identity import Caller
+from gpudesk.core.identity import Caller, Identity
 from gpudesk.core.jobs import JobSpec, SpecError, check_env, never_met, with_tasks
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
@@ -19,6 +19,9 @@ from gpudesk.engine.requests.common import Handler, Requests
 from gpudesk.engine.store.database import Store
 from gpudesk.policy import job_gates, user_limits
 from gpudesk.tracking.available import missing_for
+
+# Assumption: a user database silent for 10 s is down (nslcd's default bind_timelimit).
+NAME_BOUND_S = 10.0
 
 
 def check_after_known(store: Store, job_ids: Iterable[int], where: str) -> None:
@@ -35,8 +38,8 @@ class SubmitRequests(Requests):
 
     def ops(self) -> dict[str, Handler]:
         return {
-            "submit": self.submit,
-            "check_submit": self.check_submit,
+            "submit": _named(self.submit),
+            "check_submit": _named(self.check_submit),
         }
 
     def submit(self, args: SubmitArgs, caller: Caller) -> SubmitResult | Later[Any]:
@@ -166,9 +169,24 @@ class SubmitRequests(Requests):
         a part is of). All of a request's jobs or none."""
         queued = user_limits.queued_count(self.parts.queue, caller.uid)
         limit = self.parts.station.config.max_queued_per_user
-        undone = "Nothing was submitted"
-        refusal = user_limits.queued_refusal(
-            limit, caller.name, queued, adding, "submit", undone, whole
-        )
+        undone, owner = "Nothing was submitted", caller.identity.login or str(caller.uid)  # named
+        refusal = user_limits.queued_refusal(limit, owner, queued, adding, "submit", undone, whole)
         if refusal:
             raise ProtocolError(protocol.REFUSED, refusal)
+
+
+def _named(handler: Handler) -> Handler:
+    """`handler` given its caller named as the user database has it now (`Identity.named`: her
+    jobs' owner is stored with it), looked up off the loop: NSS may ask LDAP or SSSD, one slow
+    directory stalling every client (the caller is read on the loop, from the socket). Counted
+    against no one's PER_USER: it takes microseconds where the database is well, and her third
+    `gpudesk submit &` in a turn would be refused. Unanswered in NAME_BOUND_S: refused, nothing
+    queued, not stored nameless (run for whoever holds the uid at launch: `as_known_now`); the
+    late answer is dropped (OffLoop), so a submission is never stored twice."""
+
+    def named_first(args: Any, caller: Caller) -> Later[Identity]:
+        what = f"nothing was queued: asking the user database for uid {caller.uid}'s name"
+        then = lambda identity: handler(args, Caller(identity, caller.pid))  # noqa: E731
+        return Later(caller.identity.named, then, NAME_BOUND_S, what, counted=False)
+
+    return named_first

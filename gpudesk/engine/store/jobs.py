@@ -51,7 +51,7 @@ class JobTables(StoreConnection):
         `base_env` is the submitter's environment, which the jobs start from (stored once
         however many share it). An `after` of -k names the k-th of these jobs: its id is put in."""
         now = now or time.time()
-        owner = (owner or Identity.of_process()).named()
+        owner = owner or Identity.of_process().named()  # as given: named off the loop (submit)
         specs, parted = list(specs), held and in_parts is not None
         ids: list[int] = []
         env: tuple[str, int] | None = None

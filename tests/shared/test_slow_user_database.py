@@ -1,0 +1,125 @@
+"""A user database that does not answer keeps only the submitter waiting (root only; real users,
+a real system engine: station_fixture).
+
+A submit names its owner from the user database (NSS), which over LDAP or SSSD may take
+seconds. The lookup is made slow for real, in the engine alone: it runs in a private mount
+namespace (`unshare -m`) whose /etc/nsswitch.conf asks `systemd` first for users, and whose
+/run/systemd/userdb (where nss-systemd finds the userdb services it asks) is a folder of the
+test's. While that folder is empty a lookup goes on to `files` at once; once the test puts a
+socket there that never answers, nss-systemd waits for it (45 s, its varlink timeout). Nothing
+is faked inside the engine: glibc, nss-systemd and the varlink socket are real. Root's own
+lookups stay quick (nss-systemd answers uid 0 itself), so the test's root client sees what
+every other client of the engine sees while ada's submit waits."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from raw_client import read_reply, request_frame
+from station_fixture import SYSTEM_PYTHON, Station, make_station
+
+pytestmark = pytest.mark.xdist_group("test_slow_user_database")
+
+NAME_BOUND_S = 10.0  # engine/requests/submission.py's
+
+
+def _namespace_python(folder: Path, userdb: Path) -> str:
+    """A wrapper that runs this Python in a private mount namespace where user lookups ask
+    nss-systemd first, and nss-systemd's userdb folder is `userdb`."""
+    lines = Path("/etc/nsswitch.conf").read_text().splitlines()
+    nss = folder / "nsswitch.conf"
+    others = [line for line in lines if not line.startswith("passwd:")]
+    nss.write_text("\n".join(["passwd: systemd files", *others]) + "\n")
+    wrapper = folder / "python-in-namespace"
+    mounts = (
+        "mount -t tmpfs gdtest /run/systemd && mkdir /run/systemd/userdb && "
+        'mount --bind "$1" /run/systemd/userdb && mount --bind "$2" /etc/nsswitch.conf && '
+        'shift 2 && exec "$@"'
+    )
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"exec unshare -m --propagation private sh -c '{mounts}' sh {userdb} {nss} "
+        f'{sys.executable} "$@"\n'
+    )
+    wrapper.chmod(0o700)
+    return str(wrapper)
+
+
+@pytest.fixture
+def slow_nss_station(tmp_path: Path) -> Iterator[tuple[Station, Path]]:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1): the engine gets a mount namespace of its own")
+    if not os.path.isdir("/run/systemd") or not glob.glob("/usr/lib/*/libnss_systemd.so.2"):
+        pytest.skip("needs nss-systemd (libnss_systemd.so.2) and /run/systemd to mount over")
+    userdb = tmp_path / "userdb"
+    userdb.mkdir()
+    yield from (
+        (station, userdb) for station in make_station(python=_namespace_python(tmp_path, userdb))
+    )
+
+
+def _as_root(station: Station, op: str, timeout: float, **args: object) -> dict:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(station.socket))
+        sock.sendall(request_frame(op, args))
+        return json.loads(read_reply(sock))  # type: ignore[no-any-return]
+
+
+def test_a_user_database_that_does_not_answer_keeps_only_the_submitter_waiting(
+    slow_nss_station: tuple[Station, Path],
+) -> None:
+    station, userdb = slow_nss_station
+    job = {"name": "j", "command": ["true"], "workdir": "/tmp"}  # held: listed until the end
+    first = station.submit("ada", job, hold=True)  # the database answers: stored with her name
+    assert station.job(first)["user"] == station.users["ada"].name
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(userdb / "io.gdtest.Silent"))
+    silent.listen(16)
+    silent.settimeout(30)
+    asked: list[socket.socket] = []
+    args = json.dumps({"jobs": [job], "env": {"PATH": "/usr/bin:/bin"}, "hold": True})
+    argv = [SYSTEM_PYTHON, str(station.client), str(station.socket), "submit", args]
+    submitter = subprocess.Popen(
+        ["runuser", "-u", station.users["ada"].name, "--", *argv],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
+    )
+    try:
+        conn, _ = silent.accept()  # the engine's lookup of ada's name is asking the silent one
+        asked.append(conn)
+        started = time.monotonic()
+        # every other client is answered meanwhile (before: the loop waited 45 s in getpwuid)
+        assert _as_root(station, "ping", timeout=5.0)["ok"]
+        assert _as_root(station, "jobs", timeout=5.0)["ok"]
+        assert time.monotonic() - started < 5.0
+        out, _ = submitter.communicate(timeout=NAME_BOUND_S + 20)
+        reply = json.loads(out)
+        assert not reply["ok"] and reply["error"]["code"] == "refused", reply
+        uid = station.users["ada"].uid
+        said = f"nothing was queued: asking the user database for uid {uid}'s name took longer"
+        assert reply["error"]["message"].startswith(said), reply
+        assert time.monotonic() - started >= NAME_BOUND_S - 1.0
+    finally:
+        submitter.kill()
+        for conn in asked:
+            conn.close()
+        silent.close()
+        (userdb / "io.gdtest.Silent").unlink()
+    # the lookup's late answer (the socket gone: at once) is dropped, never stored
+    time.sleep(1.0)
+    listed = station.ok(None, "jobs")["jobs"]
+    assert [j["id"] for j in listed] == [first]
+    second = station.submit("ada", job, hold=True)  # the database answers again: queued, once
+    assert [j["id"] for j in station.ok(None, "jobs")["jobs"]] == [first, second]
