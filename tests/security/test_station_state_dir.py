@@ -339,18 +339,20 @@ def test_a_members_detached_run_records_its_prepass_in_her_home_when_she_attache
     assert jobs[train_id]["spec"]["after"] == [prepass_id]
     assert {j["user"] for j in jobs.values()} == {station.users["ada"].name}
 
-    def entry() -> object:
+    def entry() -> tuple[int | None, float | None]:
         [found] = [
             e
             for e in SelectionCache(_member_cache(station, "ada")).entries()
             if e.method == "random" and len(e.order) == 40
         ]
-        return found.cost.job
+        return found.cost.job, found.cost.job_wall_s
 
-    assert entry() is None  # nothing waited for the pre-pass: not recorded yet
+    # nothing waited for the pre-pass: it named itself (as her), its measurement not recorded
+    assert entry() == (prepass_id, None)
     attached = station.gpudesk_as("ada", "run", str(profile), "--attach")
     assert attached.returncode == 0, attached.stdout + attached.stderr
-    assert entry() == prepass_id  # recorded by her client, in her cache
+    job, wall = entry()  # recorded by her client, in her cache
+    assert job == prepass_id and wall is not None and wall > 0
     assert (_files(roots) if roots.exists() else {}) == before
 
 
