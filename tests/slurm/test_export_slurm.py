@@ -733,6 +733,26 @@ def states(cluster: SlurmCluster, job_id: str) -> list[str]:
     return [parse_fields(line)["JobState"] for line in text.splitlines() if line.strip()]
 
 
+def submitted_and_completed(
+    slurm: SlurmCluster, out: Path, within: float
+) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The export's submit.sh run: each script's Slurm job id, and the JobState of each (of each
+    task of an array), every one COMPLETED within `within` seconds."""
+    done = subprocess.run(
+        [str(out / "submit.sh")], env=slurm.env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    ids = dict(line.split(": ") for line in done.stdout.splitlines()[:-1])
+    deadline = time.monotonic() + within
+    while True:
+        found = {file: states(slurm, job_id) for file, job_id in ids.items()}
+        if all(s and set(s) <= ENDED for s in found.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert all(set(s) == {"COMPLETED"} for s in found.values()), (found, slurm.logs())
+    return ids, found
+
+
 def test_exported_scripts_run_on_a_real_slurm(
     slurm: SlurmCluster, gpudesk: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -746,11 +766,7 @@ def test_exported_scripts_run_on_a_real_slurm(
     assert "--gres=mps:50" in gres["02-mps.sbatch"]
     assert "--gres=gpu:1g.10gb:1" in gres["03-mig.sbatch"]
 
-    done = subprocess.run(
-        [str(out / "submit.sh")], env=slurm.env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    ids = dict(line.split(": ") for line in done.stdout.splitlines()[:-1])
+    ids, found = submitted_and_completed(slurm, out, within=30)
     assert list(ids) == [
         "01-whole.sbatch",
         "02-mps.sbatch",
@@ -758,13 +774,6 @@ def test_exported_scripts_run_on_a_real_slurm(
         "04-task.sbatch",
         "05-after-sweep.sbatch",
     ]  # [[jobs]] first, in file order, but a job after a sweep comes after it
-    deadline = time.monotonic() + 30
-    while True:
-        found = {file: states(slurm, job_id) for file, job_id in ids.items()}
-        if all(s and set(s) <= ENDED for s in found.values()) or time.monotonic() > deadline:
-            break
-        time.sleep(0.3)
-    assert all(set(s) == {"COMPLETED"} for s in found.values()), (found, slurm.logs())
     assert len(found["04-task.sbatch"]) == 2  # the array's two tasks
 
     def log(name: str) -> str:
@@ -832,19 +841,8 @@ def test_an_exported_profile_with_a_selection_runs_its_prepass_first_and_reads_i
     script = (out / "02-train.sbatch").read_text()
     assert "its data selection alone (GPUDESK_SELECTION" in " ".join(script.split()), script
     assert "export GPUDESK_SELECTION=" in script, script
-    done = subprocess.run(
-        [str(out / "submit.sh")], env=slurm.env, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    ids = dict(line.split(": ") for line in done.stdout.splitlines()[:-1])
+    ids, _ = submitted_and_completed(slurm, out, within=60)
     assert list(ids) == ["01-prepass-syn-random-25.sbatch", "02-train.sbatch"]
-    deadline = time.monotonic() + 60
-    while True:
-        found = {file: states(slurm, job_id) for file, job_id in ids.items()}
-        if all(s and set(s) <= ENDED for s in found.values()) or time.monotonic() > deadline:
-            break
-        time.sleep(0.3)
-    assert all(set(s) == {"COMPLETED"} for s in found.values()), (found, slurm.logs())
     log = (out / "logs" / f"train-{ids['02-train.sbatch']}.out").read_text()
     assert (
         "reading its data selection random-25 locally, 30 of 120 samples (from the selection cache)"
