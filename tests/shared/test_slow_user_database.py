@@ -123,3 +123,56 @@ def test_a_user_database_that_does_not_answer_keeps_only_the_submitter_waiting(
     assert [j["id"] for j in listed] == [first]
     second = station.submit("ada", job, hold=True)  # the database answers again: queued, once
     assert [j["id"] for j in station.ok(None, "jobs")["jobs"]] == [first, second]
+
+
+def test_while_the_user_database_does_not_answer_status_and_a_suspend_keep_the_loop_free(
+    slow_nss_station: tuple[Station, Path],
+) -> None:
+    """`status` names its users as stored with their jobs, never asking the database on the
+    loop (before: one lookup a user, on every desk's poll); a member's suspend names her once,
+    off the loop (before: one lookup a job, each on the loop)."""
+    station, userdb = slow_nss_station
+    ada = station.users["ada"]
+    job = {"name": "long", "command": ["sleep", "600"], "workdir": "/tmp"}
+    running = station.submit("ada", job)  # the database answers: stored with her name
+    station.wait_state(running, "running")
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(userdb / "io.gdtest.Silent"))
+    silent.listen(16)
+    silent.settimeout(30)
+    asked: list[socket.socket] = []
+    args = json.dumps({"jobs": [running]})
+    argv = [SYSTEM_PYTHON, str(station.client), str(station.socket), "suspend", args]
+    try:
+        started = time.monotonic()
+        status = _as_root(station, "status", timeout=5.0)
+        assert status["ok"], status
+        assert [(u["user"], u["uid"]) for u in status["result"]["users"]] == [(ada.name, ada.uid)]
+        assert time.monotonic() - started < 5.0
+        suspender = subprocess.Popen(
+            ["runuser", "-u", ada.name, "--", *argv], stdout=subprocess.PIPE, text=True, cwd="/"
+        )
+        try:
+            conn, _ = silent.accept()  # the engine asks the silent one for ada's name
+            asked.append(conn)
+            started = time.monotonic()
+            assert _as_root(station, "ping", timeout=5.0)["ok"]
+            assert _as_root(station, "status", timeout=5.0)["ok"]
+            assert time.monotonic() - started < 5.0
+            out, _ = suspender.communicate(timeout=NAME_BOUND_S + 20)
+        finally:
+            suspender.kill()
+        reply = json.loads(out)
+        said = f"nothing was suspended: asking the user database for uid {ada.uid}'s name took"
+        assert not reply["ok"] and reply["error"]["message"].startswith(said), reply
+    finally:
+        for conn in asked:
+            conn.close()
+        silent.close()
+        (userdb / "io.gdtest.Silent").unlink()
+    # the database answers again: her suspend is done, said as hers
+    [outcome] = station.ok("ada", "suspend", jobs=[running])["results"]
+    assert outcome["ok"], outcome
+    assert station.wait_state(running, "suspended")["state"] == "suspended"
+    shown = station.ok(None, "show", job=running)  # its events with it
+    assert f"suspended by {ada.name}" in json.dumps(shown)
