@@ -176,3 +176,45 @@ def test_while_the_user_database_does_not_answer_status_and_a_suspend_keep_the_l
     assert station.wait_state(running, "suspended")["state"] == "suspended"
     shown = station.ok(None, "show", job=running)  # its events with it
     assert f"suspended by {ada.name}" in json.dumps(shown)
+
+
+def test_while_the_user_database_does_not_answer_a_listing_by_user_name_waits_alone(
+    slow_nss_station: tuple[Station, Path],
+) -> None:
+    """`gpudesk queue --user NAME` sends her uid, looked up on its own machine: answered while
+    the engine's user database is silent (before: the engine's loop asked it for the name). A
+    name sent as is (an older client, an API user) is looked up off the loop."""
+    station, userdb = slow_nss_station
+    ada = station.users["ada"]
+    job = {"name": "j", "command": ["true"], "workdir": "/tmp"}
+    held = station.submit("ada", job, hold=True)
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(userdb / "io.gdtest.Silent"))
+    silent.listen(16)
+    silent.settimeout(30)
+    asked: list[socket.socket] = []
+    try:
+        env = {**os.environ, "GPUDESK_SOCKET": str(station.socket), "COLUMNS": "300"}
+        argv = [sys.executable, "-m", "gpudesk", "queue", "--user", ada.name, "--json"]
+        listed = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=8, cwd="/")
+        assert listed.returncode == 0, listed.stderr
+        assert [j["id"] for j in json.loads(listed.stdout)["jobs"]] == [held]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as by_name:
+            by_name.settimeout(NAME_BOUND_S + 20)
+            by_name.connect(str(station.socket))
+            by_name.sendall(request_frame("jobs", {"user": ada.name}))
+            conn, _ = silent.accept()  # the engine asks the silent one for her uid
+            asked.append(conn)
+            started = time.monotonic()
+            assert _as_root(station, "ping", timeout=5.0)["ok"]
+            assert time.monotonic() - started < 5.0
+            reply = json.loads(read_reply(by_name))
+        said = f"asking the user database for the uid of '{ada.name}' took longer than"
+        assert not reply["ok"] and reply["error"]["message"].startswith(said), reply
+    finally:
+        for conn in asked:
+            conn.close()
+        silent.close()
+        (userdb / "io.gdtest.Silent").unlink()
+    jobs = station.ok(None, "jobs", user=ada.name)["jobs"]  # the database answers again
+    assert [j["id"] for j in jobs] == [held]

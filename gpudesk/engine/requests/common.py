@@ -15,7 +15,7 @@ import msgspec
 
 from gpudesk.core import protocol
 from gpudesk.core.field_checks import reads_as_job_id
-from gpudesk.core.identity import Caller, Identity
+from gpudesk.core.identity import Caller, Identity, user_arg
 from gpudesk.core.job_changes import ended_unsaved
 from gpudesk.core.job_ref_checks import checked_ref
 from gpudesk.core.jobs import TasksOf
@@ -42,6 +42,7 @@ from gpudesk.metrics.loop_timing import LoopTiming
 from gpudesk.paths import Home
 from gpudesk.policy.access import Access
 from gpudesk.policy.queue import JobQueue
+from gpudesk.text import quoted
 
 # An op's handler: its arguments (decoded into the op's type in gpudesk.core.wire.requests) and
 # who asks in, its reply (or the work that builds it later, or its next slice) out.
@@ -162,3 +163,17 @@ def named(handler: Handler, undone: str) -> Handler:
         return Later(caller.identity.named, then, NAME_BOUND_S, what, counted=False)
 
     return named_first
+
+
+def by_uid(handler: Handler) -> Handler:
+    """`handler` given its `user` (JobsArgs') named by its uid, looked up off the loop as
+    `named`'s name (`gpudesk` sends the uid: the name an older client or an API user sends)."""
+
+    def uid_first(args: Any, caller: Caller) -> Any:
+        if not isinstance(args.user, str):
+            return handler(args, caller)
+        then = lambda uid: handler(msgspec.structs.replace(args, user=uid), caller)  # noqa: E731
+        what = f"asking the user database for the uid of {quoted(args.user)}"
+        return Later(functools.partial(user_arg, args.user), then, NAME_BOUND_S, what)
+
+    return uid_first

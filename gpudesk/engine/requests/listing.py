@@ -23,7 +23,7 @@ from gpudesk.core.wire.jobs import ArrayTasksView, DamagedJob, JobDetail, JobLis
 from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
 from gpudesk.engine.backends.base import JobsView, OwnerRead
 from gpudesk.engine.offloop import Later, NextTurn, in_turns
-from gpudesk.engine.requests.common import Handler, Requests
+from gpudesk.engine.requests.common import Handler, Requests, by_uid
 from gpudesk.text import ends_in_c1_lead, printable_bytes
 from gpudesk.trust import UntrustedFileError
 
@@ -33,7 +33,7 @@ class ListingRequests(Requests):
 
     def ops(self) -> dict[str, Handler]:
         return {
-            "jobs": self.jobs,
+            "jobs": by_uid(self.jobs),
             "show": self.show,
             "log": self.log,
         }
