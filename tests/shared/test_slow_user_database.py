@@ -1,11 +1,11 @@
-"""A user database that does not answer keeps only the submitter waiting (root only; real users,
+"""A user database that does not answer keeps only the asker waiting (root only; real users,
 a real system engine: station_fixture).
 
 A submit names its owner from the user database (NSS), which over LDAP or SSSD may take
 seconds. The lookup is made slow for real, in the engine alone: it runs in a private mount
-namespace (`unshare -m`) whose /etc/nsswitch.conf asks `systemd` first for users, and whose
-/run/systemd/userdb (where nss-systemd finds the userdb services it asks) is a folder of the
-test's. While that folder is empty a lookup goes on to `files` at once; once the test puts a
+namespace (`unshare -m`) whose /etc/nsswitch.conf asks `systemd` first for users and groups,
+and whose /run/systemd/userdb (where nss-systemd finds the userdb services it asks) is a folder
+of the test's. While that folder is empty a lookup goes on to `files` at once; once the test puts a
 socket there that never answers, nss-systemd waits for it (45 s, its varlink timeout). Nothing
 is faked inside the engine: glibc, nss-systemd and the varlink socket are real. Root's own
 lookups stay quick (nss-systemd answers uid 0 itself), so the test's root client sees what
@@ -34,12 +34,12 @@ NAME_BOUND_S = 10.0  # engine/requests/submission.py's
 
 
 def _namespace_python(folder: Path, userdb: Path) -> str:
-    """A wrapper that runs this Python in a private mount namespace where user lookups ask
-    nss-systemd first, and nss-systemd's userdb folder is `userdb`."""
+    """A wrapper that runs this Python in a private mount namespace where user and group lookups
+    ask nss-systemd first, and nss-systemd's userdb folder is `userdb`."""
     lines = Path("/etc/nsswitch.conf").read_text().splitlines()
     nss = folder / "nsswitch.conf"
-    others = [line for line in lines if not line.startswith("passwd:")]
-    nss.write_text("\n".join(["passwd: systemd files", *others]) + "\n")
+    others = [line for line in lines if not line.startswith(("passwd:", "group:"))]
+    nss.write_text("\n".join(["passwd: systemd files", "group: systemd files", *others]) + "\n")
     wrapper = folder / "python-in-namespace"
     mounts = (
         "mount -t tmpfs gdtest /run/systemd && mkdir /run/systemd/userdb && "
@@ -183,17 +183,25 @@ def test_while_the_user_database_does_not_answer_a_listing_by_user_name_waits_al
 ) -> None:
     """`gpudesk queue --user NAME` sends her uid, looked up on its own machine: answered while
     the engine's user database is silent (before: the engine's loop asked it for the name). A
-    name sent as is (an older client, an API user) is looked up off the loop."""
+    name sent as is (an older client, an API user) is looked up off the loop. And a member's
+    refusal names the admins without asking the database."""
     station, userdb = slow_nss_station
     ada = station.users["ada"]
     job = {"name": "j", "command": ["true"], "workdir": "/tmp"}
     held = station.submit("ada", job, hold=True)
+    bobs = station.submit("bob", job, hold=True)
     silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     silent.bind(str(userdb / "io.gdtest.Silent"))
     silent.listen(16)
     silent.settimeout(30)
     asked: list[socket.socket] = []
     try:
+        # a member's refusal names the admins: their group named at the engine's start (before:
+        # asked of the database once a job, on the loop)
+        started = time.monotonic()
+        [raised] = station.ok("bob", "priority", jobs=[bobs], priority=5)["results"]
+        assert not raised["ok"] and f"only a member of {station.admin_group}" in raised["outcome"]
+        assert time.monotonic() - started < 5.0
         env = {**os.environ, "GPUDESK_SOCKET": str(station.socket), "COLUMNS": "300"}
         argv = [sys.executable, "-m", "gpudesk", "queue", "--user", ada.name, "--json"]
         listed = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=8, cwd="/")
