@@ -125,12 +125,22 @@ def test_a_user_database_that_does_not_answer_keeps_only_the_submitter_waiting(
     assert [j["id"] for j in station.ok(None, "jobs")["jobs"]] == [first, second]
 
 
+_SLOTS = {"station": {"slots": 3}}  # an admin's change of a station setting
+
+
+def _popen_as(station: Station, role: str, op: str, args: dict) -> subprocess.Popen[str]:
+    """`op` asked by `role`'s user through raw_client.py, its reply (JSON) on stdout."""
+    argv = [SYSTEM_PYTHON, str(station.client), str(station.socket), op, json.dumps(args)]
+    argv = ["runuser", "-u", station.users[role].name, "--", *argv]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd="/")
+
+
 def test_while_the_user_database_does_not_answer_status_and_a_suspend_keep_the_loop_free(
     slow_nss_station: tuple[Station, Path],
 ) -> None:
     """`status` names its users as stored with their jobs, never asking the database on the
     loop (before: one lookup a user, on every desk's poll); a member's suspend names her once,
-    off the loop (before: one lookup a job, each on the loop)."""
+    off the loop (before: one lookup a job, each on the loop), as an admin's configure does."""
     station, userdb = slow_nss_station
     ada = station.users["ada"]
     job = {"name": "long", "command": ["sleep", "600"], "workdir": "/tmp"}
@@ -141,30 +151,31 @@ def test_while_the_user_database_does_not_answer_status_and_a_suspend_keep_the_l
     silent.listen(16)
     silent.settimeout(30)
     asked: list[socket.socket] = []
-    args = json.dumps({"jobs": [running]})
-    argv = [SYSTEM_PYTHON, str(station.client), str(station.socket), "suspend", args]
+    asks: dict[str, tuple[str, dict]] = {"ada": ("suspend", {"jobs": [running]})}
+    asks["admin"] = ("configure", _SLOTS)
     try:
         started = time.monotonic()
         status = _as_root(station, "status", timeout=5.0)
         assert status["ok"], status
         assert [(u["user"], u["uid"]) for u in status["result"]["users"]] == [(ada.name, ada.uid)]
         assert time.monotonic() - started < 5.0
-        suspender = subprocess.Popen(
-            ["runuser", "-u", ada.name, "--", *argv], stdout=subprocess.PIPE, text=True, cwd="/"
-        )
+        askers = {role: _popen_as(station, role, op, args) for role, (op, args) in asks.items()}
         try:
-            conn, _ = silent.accept()  # the engine asks the silent one for ada's name
-            asked.append(conn)
+            for _ in askers:  # the engine asks the silent one for each asker's name
+                asked.append(silent.accept()[0])
             started = time.monotonic()
             assert _as_root(station, "ping", timeout=5.0)["ok"]
             assert _as_root(station, "status", timeout=5.0)["ok"]
             assert time.monotonic() - started < 5.0
-            out, _ = suspender.communicate(timeout=NAME_BOUND_S + 20)
+            out = {r: p.communicate(timeout=NAME_BOUND_S + 20)[0] for r, p in askers.items()}
         finally:
-            suspender.kill()
-        reply = json.loads(out)
-        said = f"nothing was suspended: asking the user database for uid {ada.uid}'s name took"
-        assert not reply["ok"] and reply["error"]["message"].startswith(said), reply
+            for asker in askers.values():
+                asker.kill()
+        for role, undone in (("ada", "nothing was suspended"), ("admin", "no station setting")):
+            reply, uid = json.loads(out[role]), station.users[role].uid
+            said = f"asking the user database for uid {uid}'s name took longer"
+            assert not reply["ok"] and reply["error"]["message"].startswith(undone), reply
+            assert said in reply["error"]["message"], reply
     finally:
         for conn in asked:
             conn.close()
@@ -176,6 +187,10 @@ def test_while_the_user_database_does_not_answer_status_and_a_suspend_keep_the_l
     assert station.wait_state(running, "suspended")["state"] == "suspended"
     shown = station.ok(None, "show", job=running)  # its events with it
     assert f"suspended by {ada.name}" in json.dumps(shown)
+    admin = station.users["admin"].name
+    assert station.ok("admin", "configure", **_SLOTS)["changed"]
+    changes = station.ok(None, "status")["station_changes"]
+    assert f"(by {admin})" in json.dumps(changes), changes
 
 
 def test_while_the_user_database_does_not_answer_a_listing_by_user_name_waits_alone(

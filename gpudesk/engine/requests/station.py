@@ -32,7 +32,7 @@ from gpudesk.core.wire.station import (
     UserShare,
 )
 from gpudesk.engine.offloop import Later
-from gpudesk.engine.requests.common import Handler, Requests
+from gpudesk.engine.requests.common import Handler, Requests, named
 from gpudesk.engine.services.loaders import Statuses
 from gpudesk.policy.policies import make_policy
 
@@ -51,7 +51,7 @@ class StationRequests(Requests):
             "ping": self.ping,
             "status": self.status,
             "shutdown": self.shutdown,
-            "configure": self.configure,
+            "configure": named(self.configure, "no station setting was changed"),
             "check_configure": self.check_configure,
             "datasets": self.datasets,
         }
