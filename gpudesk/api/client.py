@@ -52,6 +52,7 @@ from gpudesk.api.models import (
     WireModel,
 )
 from gpudesk.api.submit_request import submit_args
+from gpudesk.core.identity import user_id
 from gpudesk.core.protocol import INTERNAL, MAX_LISTING_IDS, PROTOCOL_VERSION, UNKNOWN_OP
 from gpudesk.core.wire.requests import (
     CancelArgs,
@@ -381,6 +382,8 @@ class Client:
         go on (`JobList`). `name`: only jobs whose name matches this shell pattern
         (fnmatchcase's: gpudesk.core.name_pattern), matched by the engine. `actable` (no
         `user`): the jobs the caller may act on (hers, where she is no admin: `own_only`)."""
+        if isinstance(user, str) and (uid := user_id(user)) is not None:
+            user = uid  # the engine's user database is this machine's: its loop asks it nothing
         args = JobsArgs(
             states=None if states is None else list(states),
             group=group,

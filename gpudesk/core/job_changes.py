@@ -11,8 +11,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import EventRecord, JobRecord
+from gpudesk.core.wire.jobs import JobView
 from gpudesk.core.wire.requests import InParts
 from gpudesk.text import safe_text
 
@@ -95,6 +98,28 @@ class UnsavedEnd:
     exit_code: int | None
     message: str
     ended_at: float
+
+
+def unsaved_view(reply: JobView, end: UnsavedEnd | None, why: str | None) -> JobView:
+    """A job whose attempt ended while its store could not be written: the `end` the engine
+    worked out (where it got that far: else still `running`), marked `unsaved` with `why`, not
+    the `running` its store still says (the engine's listings)."""
+    if end is None:
+        return msgspec.structs.replace(reply, unsaved=why)
+    return msgspec.structs.replace(
+        reply,
+        state=end.state.value,
+        exit_code=end.exit_code,
+        reason=end.message,
+        ended_at=end.ended_at if end.state.terminal else None,
+        unsaved=why,
+        slot=None,
+        gpus=[],
+        mode=None,
+        mig_slice=None,
+        pgid=None,
+        remaining=None,
+    )
 
 
 def ended_unsaved(end: UnsavedEnd | None, why: str) -> str:

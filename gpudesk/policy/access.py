@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 
 from gpudesk.core.identity import Caller, group_name, user_name
 from gpudesk.core.records import JobRecord
@@ -29,19 +30,27 @@ class Access:
     @classmethod
     def personal(cls) -> Access:
         """A personal engine's: only this process's user (and root) are admins."""
-        return cls(os.getuid())
+        return cls(os.getuid()).named()
 
     @classmethod
     def with_admin_group(cls, gid: int) -> Access:
         """A system engine's: this process's user, root and the members of `gid`."""
-        return cls(os.getuid(), gid)
+        return cls(os.getuid(), gid).named()
+
+    def named(self) -> Access:
+        """This, its admins named now, at the engine's start: every member's submit, and a
+        priority refusal once a job, says who they are, and the user database (LDAP, SSSD) may
+        take seconds a name; the engine's loop waits on it for no one (`admins`, `admin_role`
+        are each looked up once; a group renamed since is said by its old name)."""
+        _ = self.admins, self.admin_role  # cached_property, each: looked up here, once
+        return self
 
     def is_admin(self, caller: Caller) -> bool:
         if caller.uid in (0, self.engine_uid):
             return True
         return self.admin_group is not None and caller.identity.in_group(self.admin_group)
 
-    @property
+    @cached_property
     def admins(self) -> str:
         """Who the admins are, for a refusal: "a member of gpudesk-admin"."""
         if self.admin_group is not None:
@@ -50,7 +59,7 @@ class Access:
             return "root"
         return f"root or {user_name(self.engine_uid)} (the engine's user)"
 
-    @property
+    @cached_property
     def admin_role(self) -> str:
         """The admin role in a few words: "an admin (gpudesk-admin)"."""
         if self.admin_group is not None:

@@ -29,7 +29,7 @@ PROBLEM = (
 
 def unsaved_end(frame: Frame) -> tuple[Frame, int]:
     """`frame` with its first running job ended as the engine worked it out on a full disk
-    (as gpudesk.engine.requests.listing.unsaved_reply makes it), and the store problem."""
+    (as gpudesk.core.job_changes.unsaved_view makes it), and the store problem."""
     job = next(j for j in frame.jobs if j.state == "running")
     ended = msgspec.structs.replace(
         job,

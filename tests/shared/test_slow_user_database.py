@@ -1,11 +1,11 @@
-"""A user database that does not answer keeps only the submitter waiting (root only; real users,
+"""A user database that does not answer keeps only the asker waiting (root only; real users,
 a real system engine: station_fixture).
 
 A submit names its owner from the user database (NSS), which over LDAP or SSSD may take
 seconds. The lookup is made slow for real, in the engine alone: it runs in a private mount
-namespace (`unshare -m`) whose /etc/nsswitch.conf asks `systemd` first for users, and whose
-/run/systemd/userdb (where nss-systemd finds the userdb services it asks) is a folder of the
-test's. While that folder is empty a lookup goes on to `files` at once; once the test puts a
+namespace (`unshare -m`) whose /etc/nsswitch.conf asks `systemd` first for users and groups,
+and whose /run/systemd/userdb (where nss-systemd finds the userdb services it asks) is a folder
+of the test's. While that folder is empty a lookup goes on to `files` at once; once the test puts a
 socket there that never answers, nss-systemd waits for it (45 s, its varlink timeout). Nothing
 is faked inside the engine: glibc, nss-systemd and the varlink socket are real. Root's own
 lookups stay quick (nss-systemd answers uid 0 itself), so the test's root client sees what
@@ -34,12 +34,12 @@ NAME_BOUND_S = 10.0  # engine/requests/submission.py's
 
 
 def _namespace_python(folder: Path, userdb: Path) -> str:
-    """A wrapper that runs this Python in a private mount namespace where user lookups ask
-    nss-systemd first, and nss-systemd's userdb folder is `userdb`."""
+    """A wrapper that runs this Python in a private mount namespace where user and group lookups
+    ask nss-systemd first, and nss-systemd's userdb folder is `userdb`."""
     lines = Path("/etc/nsswitch.conf").read_text().splitlines()
     nss = folder / "nsswitch.conf"
-    others = [line for line in lines if not line.startswith("passwd:")]
-    nss.write_text("\n".join(["passwd: systemd files", *others]) + "\n")
+    others = [line for line in lines if not line.startswith(("passwd:", "group:"))]
+    nss.write_text("\n".join(["passwd: systemd files", "group: systemd files", *others]) + "\n")
     wrapper = folder / "python-in-namespace"
     mounts = (
         "mount -t tmpfs gdtest /run/systemd && mkdir /run/systemd/userdb && "
@@ -123,3 +123,121 @@ def test_a_user_database_that_does_not_answer_keeps_only_the_submitter_waiting(
     assert [j["id"] for j in listed] == [first]
     second = station.submit("ada", job, hold=True)  # the database answers again: queued, once
     assert [j["id"] for j in station.ok(None, "jobs")["jobs"]] == [first, second]
+
+
+_SLOTS = {"station": {"slots": 3}}  # an admin's change of a station setting
+
+
+def _popen_as(station: Station, role: str, op: str, args: dict) -> subprocess.Popen[str]:
+    """`op` asked by `role`'s user through raw_client.py, its reply (JSON) on stdout."""
+    argv = [SYSTEM_PYTHON, str(station.client), str(station.socket), op, json.dumps(args)]
+    argv = ["runuser", "-u", station.users[role].name, "--", *argv]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd="/")
+
+
+def test_while_the_user_database_does_not_answer_status_and_a_suspend_keep_the_loop_free(
+    slow_nss_station: tuple[Station, Path],
+) -> None:
+    """`status` names its users as stored with their jobs, never asking the database on the
+    loop (before: one lookup a user, on every desk's poll); a member's suspend names her once,
+    off the loop (before: one lookup a job, each on the loop), as an admin's configure does."""
+    station, userdb = slow_nss_station
+    ada = station.users["ada"]
+    job = {"name": "long", "command": ["sleep", "600"], "workdir": "/tmp"}
+    running = station.submit("ada", job)  # the database answers: stored with her name
+    station.wait_state(running, "running")
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(userdb / "io.gdtest.Silent"))
+    silent.listen(16)
+    silent.settimeout(30)
+    asked: list[socket.socket] = []
+    asks: dict[str, tuple[str, dict]] = {"ada": ("suspend", {"jobs": [running]})}
+    asks["admin"] = ("configure", _SLOTS)
+    try:
+        started = time.monotonic()
+        status = _as_root(station, "status", timeout=5.0)
+        assert status["ok"], status
+        assert [(u["user"], u["uid"]) for u in status["result"]["users"]] == [(ada.name, ada.uid)]
+        assert time.monotonic() - started < 5.0
+        askers = {role: _popen_as(station, role, op, args) for role, (op, args) in asks.items()}
+        try:
+            for _ in askers:  # the engine asks the silent one for each asker's name
+                asked.append(silent.accept()[0])
+            started = time.monotonic()
+            assert _as_root(station, "ping", timeout=5.0)["ok"]
+            assert _as_root(station, "status", timeout=5.0)["ok"]
+            assert time.monotonic() - started < 5.0
+            out = {r: p.communicate(timeout=NAME_BOUND_S + 20)[0] for r, p in askers.items()}
+        finally:
+            for asker in askers.values():
+                asker.kill()
+        for role, undone in (("ada", "nothing was suspended"), ("admin", "no station setting")):
+            reply, uid = json.loads(out[role]), station.users[role].uid
+            said = f"asking the user database for uid {uid}'s name took longer"
+            assert not reply["ok"] and reply["error"]["message"].startswith(undone), reply
+            assert said in reply["error"]["message"], reply
+    finally:
+        for conn in asked:
+            conn.close()
+        silent.close()
+        (userdb / "io.gdtest.Silent").unlink()
+    # the database answers again: her suspend is done, said as hers
+    [outcome] = station.ok("ada", "suspend", jobs=[running])["results"]
+    assert outcome["ok"], outcome
+    assert station.wait_state(running, "suspended")["state"] == "suspended"
+    shown = station.ok(None, "show", job=running)  # its events with it
+    assert f"suspended by {ada.name}" in json.dumps(shown)
+    admin = station.users["admin"].name
+    assert station.ok("admin", "configure", **_SLOTS)["changed"]
+    changes = station.ok(None, "status")["station_changes"]
+    assert f"(by {admin})" in json.dumps(changes), changes
+
+
+def test_while_the_user_database_does_not_answer_a_listing_by_user_name_waits_alone(
+    slow_nss_station: tuple[Station, Path],
+) -> None:
+    """`gpudesk queue --user NAME` sends her uid, looked up on its own machine: answered while
+    the engine's user database is silent (before: the engine's loop asked it for the name). A
+    name sent as is (an older client, an API user) is looked up off the loop. And a member's
+    refusal names the admins without asking the database."""
+    station, userdb = slow_nss_station
+    ada = station.users["ada"]
+    job = {"name": "j", "command": ["true"], "workdir": "/tmp"}
+    held = station.submit("ada", job, hold=True)
+    bobs = station.submit("bob", job, hold=True)
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(userdb / "io.gdtest.Silent"))
+    silent.listen(16)
+    silent.settimeout(30)
+    asked: list[socket.socket] = []
+    try:
+        # a member's refusal names the admins: their group named at the engine's start (before:
+        # asked of the database once a job, on the loop)
+        started = time.monotonic()
+        [raised] = station.ok("bob", "priority", jobs=[bobs], priority=5)["results"]
+        assert not raised["ok"] and f"only a member of {station.admin_group}" in raised["outcome"]
+        assert time.monotonic() - started < 5.0
+        env = {**os.environ, "GPUDESK_SOCKET": str(station.socket), "COLUMNS": "300"}
+        argv = [sys.executable, "-m", "gpudesk", "queue", "--user", ada.name, "--json"]
+        listed = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=8, cwd="/")
+        assert listed.returncode == 0, listed.stderr
+        assert [j["id"] for j in json.loads(listed.stdout)["jobs"]] == [held]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as by_name:
+            by_name.settimeout(NAME_BOUND_S + 20)
+            by_name.connect(str(station.socket))
+            by_name.sendall(request_frame("jobs", {"user": ada.name}))
+            conn, _ = silent.accept()  # the engine asks the silent one for her uid
+            asked.append(conn)
+            started = time.monotonic()
+            assert _as_root(station, "ping", timeout=5.0)["ok"]
+            assert time.monotonic() - started < 5.0
+            reply = json.loads(read_reply(by_name))
+        said = f"asking the user database for the uid of '{ada.name}' took longer than"
+        assert not reply["ok"] and reply["error"]["message"].startswith(said), reply
+    finally:
+        for conn in asked:
+            conn.close()
+        silent.close()
+        (userdb / "io.gdtest.Silent").unlink()
+    jobs = station.ok(None, "jobs", user=ada.name)["jobs"]  # the database answers again
+    assert [j["id"] for j in jobs] == [held]

@@ -15,7 +15,7 @@ import msgspec
 
 from gpudesk.core import protocol
 from gpudesk.core.field_checks import reads_as_job_id
-from gpudesk.core.identity import Caller
+from gpudesk.core.identity import Caller, Identity, user_arg
 from gpudesk.core.job_changes import ended_unsaved
 from gpudesk.core.job_ref_checks import checked_ref
 from gpudesk.core.jobs import TasksOf
@@ -42,10 +42,13 @@ from gpudesk.metrics.loop_timing import LoopTiming
 from gpudesk.paths import Home
 from gpudesk.policy.access import Access
 from gpudesk.policy.queue import JobQueue
+from gpudesk.text import quoted
 
 # An op's handler: its arguments (decoded into the op's type in gpudesk.core.wire.requests) and
 # who asks in, its reply (or the work that builds it later, or its next slice) out.
 Handler = Callable[[Any, Caller], "msgspec.Struct | Later[Any] | NextTurn"]
+# Assumption: a user database silent for 10 s is down (nslcd's default bind_timelimit).
+NAME_BOUND_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -142,3 +145,35 @@ class Requests:
             found.setdefault(checked)
         arrays = self.parts.store.array_tasks(sorted(by_id))
         return list(dict.fromkeys(j for i in found for j in (i, *arrays.get(i, {}).values())))
+
+
+def named(handler: Handler, undone: str) -> Handler:
+    """`handler` given its caller named as the user database has it now (`Identity.named`: a
+    submit's jobs' owner is stored with it; suspend's "by ada" is asked once, not per job),
+    looked up off the loop: NSS may ask LDAP or SSSD, one slow directory stalling every client
+    (the caller is read on the loop, from the socket). Counted against no one's PER_USER: it
+    takes microseconds where the database is well, and her third `gpudesk submit &` in a turn
+    would be refused. Unanswered in NAME_BOUND_S: refused (`undone`: "nothing was queued"), not
+    done nameless (a submit: run for whoever holds the uid at launch, `as_known_now`); the late
+    answer is dropped (OffLoop), so a submission is never stored twice."""
+
+    def named_first(args: Any, caller: Caller) -> Later[Identity]:
+        what = f"{undone}: asking the user database for uid {caller.uid}'s name"
+        then = lambda identity: handler(args, Caller(identity, caller.pid))  # noqa: E731
+        return Later(caller.identity.named, then, NAME_BOUND_S, what, counted=False)
+
+    return named_first
+
+
+def by_uid(handler: Handler) -> Handler:
+    """`handler` given its `user` (JobsArgs') named by its uid, looked up off the loop as
+    `named`'s name (`gpudesk` sends the uid: the name an older client or an API user sends)."""
+
+    def uid_first(args: Any, caller: Caller) -> Any:
+        if not isinstance(args.user, str):
+            return handler(args, caller)
+        then = lambda uid: handler(msgspec.structs.replace(args, user=uid), caller)  # noqa: E731
+        what = f"asking the user database for the uid of {quoted(args.user)}"
+        return Later(functools.partial(user_arg, args.user), then, NAME_BOUND_S, what)
+
+    return uid_first

@@ -12,7 +12,7 @@ from gpudesk.core.wire.control import DrainResult
 from gpudesk.core.wire.jobs import ActionResult
 from gpudesk.core.wire.requests import DrainArgs, JobRefsArgs, OpArgs, SignalArgs
 from gpudesk.engine.offloop import NextTurn
-from gpudesk.engine.requests.common import Handler
+from gpudesk.engine.requests.common import Handler, named
 from gpudesk.engine.requests.job_actions import JobActionRequests
 from gpudesk.text import printable, safe_text
 
@@ -20,34 +20,28 @@ from gpudesk.text import printable, safe_text
 class ControlRequests(JobActionRequests):
     def ops(self) -> dict[str, Handler]:
         return {
-            "suspend": self.suspend,
-            "resume": self.resume,
-            "signal": self.signal,
-            "drain": self.drain,
-            "undrain": self.undrain,
+            "suspend": named(self.suspend, "nothing was suspended"),
+            "resume": named(self.resume, "nothing was resumed"),
+            "signal": named(self.signal, "no signal was sent"),
+            "drain": named(self.drain, "the station was not drained"),
+            "undrain": named(self.undrain, "the station was not undrained"),
         }
 
     def suspend(self, args: JobRefsArgs, caller: Caller) -> ActionResult | NextTurn:
-        control = self.parts.control
-        return self.act_on_jobs(
-            args, caller, "suspend", lambda job: control.suspend(job, caller.name)
-        )
+        control, by = self.parts.control, caller.name  # named once (`named`), not per job
+        return self.act_on_jobs(args, caller, "suspend", lambda job: control.suspend(job, by))
 
     def resume(self, args: JobRefsArgs, caller: Caller) -> ActionResult | NextTurn:
-        control = self.parts.control
-        return self.act_on_jobs(
-            args, caller, "resume", lambda job: control.resume(job, caller.name)
-        )
+        control, by = self.parts.control, caller.name
+        return self.act_on_jobs(args, caller, "resume", lambda job: control.resume(job, by))
 
     def signal(self, args: SignalArgs, caller: Caller) -> ActionResult | NextTurn:
         try:
             name = job_signal(args.signal)
         except ValueError as exc:
             raise ProtocolError(protocol.INVALID_ARGS, f"'signal': {exc}") from None
-        control = self.parts.control
-        return self.act_on_jobs(
-            args, caller, "signal", lambda job: control.signal(job, name, caller.name)
-        )
+        control, by = self.parts.control, caller.name
+        return self.act_on_jobs(args, caller, "signal", lambda job: control.signal(job, name, by))
 
     def drain(self, args: DrainArgs, caller: Caller) -> DrainResult:
         self._need_admin(caller, "drain the station")

@@ -14,7 +14,7 @@ import msgspec
 from gpudesk import joblog
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller, user_arg
-from gpudesk.core.job_changes import held_text
+from gpudesk.core.job_changes import held_text, unsaved_view
 from gpudesk.core.jobs import JobState
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
@@ -22,9 +22,8 @@ from gpudesk.core.spec_view import spec_view
 from gpudesk.core.wire.jobs import ArrayTasksView, DamagedJob, JobDetail, JobList, JobView, LogChunk
 from gpudesk.core.wire.requests import JobsArgs, LogArgs, ShowArgs
 from gpudesk.engine.backends.base import JobsView, OwnerRead
-from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.engine.offloop import Later, NextTurn, in_turns
-from gpudesk.engine.requests.common import Handler, Requests
+from gpudesk.engine.requests.common import Handler, Requests, by_uid
 from gpudesk.text import ends_in_c1_lead, printable_bytes
 from gpudesk.trust import UntrustedFileError
 
@@ -34,7 +33,7 @@ class ListingRequests(Requests):
 
     def ops(self) -> dict[str, Handler]:
         return {
-            "jobs": self.jobs,
+            "jobs": by_uid(self.jobs),
             "show": self.show,
             "log": self.log,
         }
@@ -155,7 +154,7 @@ class ListingRequests(Requests):
             unsaved=part.unsaved,
         )
         live = self.parts.attempts.unsaved().get(job.id)
-        return reply if live is None else unsaved_reply(reply, live)
+        return reply if live is None else unsaved_view(reply, live.unsaved, live.unsaved_why)
 
     @staticmethod
     def _add_wait_reasons(
@@ -258,26 +257,3 @@ class ListingRequests(Requests):
         data = piece.data if piece else b""
         skipped = piece.skipped if piece else 0
         return reply(data, skipped, stream.position, end)
-
-
-def unsaved_reply(reply: JobView, live: LiveAttempt) -> JobView:
-    """A job whose attempt ended while its store could not be written: the end the engine
-    worked out (where it got that far: else still `running`), marked `unsaved` with why, not
-    the `running` its store still says."""
-    end = live.unsaved
-    if end is None:
-        return msgspec.structs.replace(reply, unsaved=live.unsaved_why)
-    return msgspec.structs.replace(
-        reply,
-        state=end.state.value,
-        exit_code=end.exit_code,
-        reason=end.message,
-        ended_at=end.ended_at if end.state.terminal else None,
-        unsaved=live.unsaved_why,
-        slot=None,
-        gpus=[],
-        mode=None,
-        mig_slice=None,
-        pgid=None,
-        remaining=None,
-    )

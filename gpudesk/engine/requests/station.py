@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from functools import partial
 
 import msgspec
 
@@ -31,7 +32,7 @@ from gpudesk.core.wire.station import (
     UserShare,
 )
 from gpudesk.engine.offloop import Later
-from gpudesk.engine.requests.common import Handler, Requests
+from gpudesk.engine.requests.common import Handler, Requests, named
 from gpudesk.engine.services.loaders import Statuses
 from gpudesk.policy.policies import make_policy
 
@@ -50,7 +51,7 @@ class StationRequests(Requests):
             "ping": self.ping,
             "status": self.status,
             "shutdown": self.shutdown,
-            "configure": self.configure,
+            "configure": named(self.configure, "no station setting was changed"),
             "check_configure": self.check_configure,
             "datasets": self.datasets,
         }
@@ -114,7 +115,7 @@ class StationRequests(Requests):
                 event.view()
                 for event in parts.store.events_of_kind(STATION_EVENT, STATION_CHANGES_SHOWN)
             ],
-            tracking=parts.tracking.health_list(lambda uid: self._sees_secrets(caller, uid)),
+            tracking=parts.tracking.health_list(partial(self._sees_secrets, caller), self._name),
             loop=parts.loop.summary(),
             drain=parts.scheduler.drain.state,
             store_problem=diskspace.store_text(parts.home.root, len(parts.attempts.unsaved())),
@@ -142,7 +143,7 @@ class StationRequests(Requests):
         uids = sorted(set(usage) | set(running) | set(waiting), key=lambda u: usage.get(u, 0.0))
         return [
             UserShare(
-                user=user_name(uid),
+                user=self._name(uid),
                 uid=uid,
                 usage_gpu_h=round(usage.get(uid, 0.0), 6),
                 running_gpus=running.get(uid, 0),
@@ -150,6 +151,12 @@ class StationRequests(Requests):
             )
             for uid in uids
         ]
+
+    def _name(self, uid: int) -> str:
+        """A user's name as stored with her newest job: every desk asks `status` twice a second,
+        and a user database (LDAP, SSSD) may take seconds a name. The system's, now, only for a
+        uid none of whose jobs has one (each stored before schema 21)."""
+        return self.parts.store.owner_login(uid) or user_name(uid)
 
     def shutdown(self, _args: OpArgs, caller: Caller) -> ShutdownResult:
         self._need_admin(caller, "stop the engine")

@@ -8,20 +8,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpudesk.core import protocol
-from gpudesk.core.identity import Caller, Identity
+from gpudesk.core.identity import Caller
 from gpudesk.core.jobs import JobSpec, SpecError, check_env, never_met, with_tasks
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import SubmitResult
 from gpudesk.core.wire.requests import PartOf, SubmitArgs
 from gpudesk.engine.offloop import Later
-from gpudesk.engine.requests.common import Handler, Requests
+from gpudesk.engine.requests.common import Handler, Requests, named
 from gpudesk.engine.store.database import Store
 from gpudesk.policy import job_gates, user_limits
 from gpudesk.tracking.available import missing_for
-
-# Assumption: a user database silent for 10 s is down (nslcd's default bind_timelimit).
-NAME_BOUND_S = 10.0
 
 
 def check_after_known(store: Store, job_ids: Iterable[int], where: str) -> None:
@@ -38,8 +35,8 @@ class SubmitRequests(Requests):
 
     def ops(self) -> dict[str, Handler]:
         return {
-            "submit": _named(self.submit),
-            "check_submit": _named(self.check_submit),
+            "submit": named(self.submit, "nothing was queued"),
+            "check_submit": named(self.check_submit, "nothing was queued"),
         }
 
     def submit(self, args: SubmitArgs, caller: Caller) -> SubmitResult | Later[Any]:
@@ -173,20 +170,3 @@ class SubmitRequests(Requests):
         refusal = user_limits.queued_refusal(limit, owner, queued, adding, "submit", undone, whole)
         if refusal:
             raise ProtocolError(protocol.REFUSED, refusal)
-
-
-def _named(handler: Handler) -> Handler:
-    """`handler` given its caller named as the user database has it now (`Identity.named`: her
-    jobs' owner is stored with it), looked up off the loop: NSS may ask LDAP or SSSD, one slow
-    directory stalling every client (the caller is read on the loop, from the socket). Counted
-    against no one's PER_USER: it takes microseconds where the database is well, and her third
-    `gpudesk submit &` in a turn would be refused. Unanswered in NAME_BOUND_S: refused, nothing
-    queued, not stored nameless (run for whoever holds the uid at launch: `as_known_now`); the
-    late answer is dropped (OffLoop), so a submission is never stored twice."""
-
-    def named_first(args: Any, caller: Caller) -> Later[Identity]:
-        what = f"nothing was queued: asking the user database for uid {caller.uid}'s name"
-        then = lambda identity: handler(args, Caller(identity, caller.pid))  # noqa: E731
-        return Later(caller.identity.named, then, NAME_BOUND_S, what, counted=False)
-
-    return named_first

@@ -28,9 +28,11 @@ from gpudesk.hw.telemetry.monitor import (
     JOB_POWER_SERIES,
     JOB_SERIES,
     JOB_SIMULATED_SERIES,
+    MigLayout,
     Monitor,
     RawSample,
     TrackedAttempt,
+    mig_layout,
 )
 from gpudesk.hw.telemetry.sampler import SamplerThread
 from gpudesk.hw.telemetry.xid import xid_messages
@@ -43,21 +45,6 @@ PRUNE_EVERY_S = 3600.0
 # What `show` with `series` returns of a job: its stored series, at most this many points each.
 SHOWN_JOB_SERIES = (*JOB_SERIES, JOB_POWER_SERIES)
 MAX_SERIES_POINTS = 2000
-
-
-# Per GPU: (index, MIG mode, its MIG devices' UUIDs): what placement's slices come from.
-MigLayout = tuple[tuple[int, bool, tuple[str, ...]], ...]
-
-
-def mig_layout(view: Mapping[str, Any]) -> MigLayout:
-    return tuple(
-        (
-            g["index"],
-            bool(g.get("mig_enabled")),
-            tuple(sorted(m["uuid"] or "" for m in g.get("mig_devices", ()))),
-        )
-        for g in view["gpus"]
-    )
 
 
 class TelemetrySink:

@@ -216,6 +216,16 @@ class JobTables(StoreConnection):
         )
         return [(uid, state, n) for uid, state, n in rows]
 
+    def owner_login(self, uid: int) -> str | None:
+        """A uid's name as stored with its newest job that has one (schema 21): an index's
+        search (jobs_by_owner_id), no question to the user database."""
+        row = self._conn.execute(
+            "SELECT owner_login FROM jobs WHERE owner_uid = ? AND owner_login IS NOT NULL "
+            "ORDER BY id DESC LIMIT 1",
+            (uid,),
+        ).fetchone()
+        return row[0] if row else None
+
     @staticmethod
     def _state(conn: sqlite3.Connection, job_id: int) -> JobState:
         row = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()

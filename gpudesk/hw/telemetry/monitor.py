@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -541,3 +541,19 @@ def _occupants(
     return [
         Occupant(a.attempt_id, share[a.attempt_id], a.attempt_id in mps_clients) for a in holders
     ]
+
+
+# Per GPU: (index, MIG mode, its MIG devices' UUIDs): what placement's slices come from.
+MigLayout = tuple[tuple[int, bool, tuple[str, ...]], ...]
+
+
+def mig_layout(view: Mapping[str, Any]) -> MigLayout:
+    """The MIG layout a station view (`Monitor`'s) shows: the engine's placement watches it."""
+    return tuple(
+        (
+            g["index"],
+            bool(g.get("mig_enabled")),
+            tuple(sorted(m["uuid"] or "" for m in g.get("mig_devices", ()))),
+        )
+        for g in view["gpus"]
+    )

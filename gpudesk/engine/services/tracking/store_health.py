@@ -17,7 +17,6 @@ from gpudesk.core.wire.station import TrackingHealth
 from gpudesk.engine.services.tracking.replies import Complaints, EventBudget
 from gpudesk.engine.services.tracking.sidecar import Sidecar
 from gpudesk.engine.store.database import Store
-from gpudesk.paths import user_name
 from gpudesk.redact import redact_secrets
 from gpudesk.text import safe_text
 from gpudesk.tracking import messages
@@ -43,13 +42,13 @@ class StoreHealth:
     dropped: int = 0
     events: EventBudget = field(default_factory=EventBudget)  # its failing and recovering
 
-    def view(self, unsent: int, worker_problem: str | None, whole_uri: bool) -> TrackingHealth:
+    def view(self, user: str, unsent: int, problem: str | None, whole: bool) -> TrackingHealth:
         return TrackingHealth(
-            user=user_name(self.uid),
+            user=user,
             uid=self.uid,
-            mlflow_uri=self.uri if whole_uri else redact_secrets(self.uri),
+            mlflow_uri=self.uri if whole else redact_secrets(self.uri),
             queued=self.queued + unsent,
-            error=self.error or worker_problem,
+            error=self.error or problem,
             error_since=self.since,
             dropped=self.dropped,
         )
@@ -108,11 +107,13 @@ class StoreHealths:
         in_use: Iterable[tuple[int, str]],
         workers: Mapping[int, Sidecar],
         sees_secrets: SeesSecrets,
+        name: Callable[[int], str],
     ) -> list[TrackingHealth]:
         """Each store each owner's worker talks to, or is to talk to (`in_use`: the runs'
         owners and stores): what `status` shows. A store its worker has said nothing of yet (it
         is starting, or cannot start) is shown too, with the worker's problem. A store's URI is
-        its owner's: whole only for a viewer who `sees_secrets` of that owner's jobs."""
+        its owner's: whole only for a viewer who `sees_secrets` of that owner's jobs. `name`: an
+        owner's, as `status` names its users (not asking the user database on the loop)."""
         stores = dict(self.health)
         for uid, uri in in_use:
             stores.setdefault((uid, uri), StoreHealth(uid, uri))
@@ -121,5 +122,5 @@ class StoreHealths:
             worker = workers.get(uid)
             unsent = len(worker.outbox) if worker else 0
             problem = worker.state.problem if worker else None
-            shown.append(health.view(unsent, problem, sees_secrets(uid)))
+            shown.append(health.view(name(uid), unsent, problem, sees_secrets(uid)))
         return shown

@@ -226,12 +226,13 @@ class Tracking:
             if run.job_id is not None:
                 self.store.add_event(TRACKING_EVENT, message, job_id=run.job_id)
 
-    def health_list(self, sees_secrets: SeesSecrets) -> list[TrackingHealth]:
+    def health_list(
+        self, sees_secrets: SeesSecrets, name: Callable[[int], str]
+    ) -> list[TrackingHealth]:
         """Each store each owner's worker talks to, or is to talk to: what `status` shows
         (`StoreHealths.listing`)."""
-        return self.healths.listing(
-            [(run.uid, run.uri) for run in self.runs.values()], self.workers, sees_secrets
-        )
+        runs = [(run.uid, run.uri) for run in self.runs.values()]
+        return self.healths.listing(runs, self.workers, sees_secrets, name)
 
     # -------------------------------------------------------------- job life
     def job_changed(self, job: JobRecord) -> None:
