@@ -4,8 +4,9 @@ After its atexit handlers, an interpreter's exit clears every module and then ru
 own static destructors: some 0.3-0.4 s of CPU in each process that imported torch (`python -c
 "import torch"`: 1.7 CPU-s, 1.26 without it), paid by every loader producer, pre-pass and
 training job gpudesk starts, for nothing a finished process needs. `leave` ends such a process
-as the interpreter would up to that point (its other non-daemon threads joined, its atexit
-handlers run, its standard streams flushed), then at once with the same exit status.
+as the interpreter would up to that point (threading's exit hooks run and its other
+non-daemon threads joined, its atexit handlers run, its standard streams flushed), then at
+once with the same exit status.
 
 Only for a process's own entry point (`python -m gpudesk`, a workload's `__main__`): never
 from a function a host process calls, which it would end."""
@@ -32,9 +33,10 @@ def leave(code: object) -> None:
         status = code
     else:
         return  # a message: the usual exit prints it
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    # What the interpreter's own exit does first, in its order: threading's exit hooks (a
+    # ThreadPoolExecutor's, which stop its idle workers), its non-daemon threads joined, then
+    # the atexit handlers
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     try:
         for stream in (sys.stdout, sys.stderr):
