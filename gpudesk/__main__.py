@@ -1,3 +1,4 @@
 from gpudesk.cli.entry import main
+from gpudesk.quick_exit import run_and_leave
 
-main()
+run_and_leave(main)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpudesk.optimizers import Optimizer
+from gpudesk.quick_exit import leave
 from gpudesk.workloads.common import (
     ENV_SEED,
     EXIT_OK,
@@ -402,4 +403,5 @@ if __name__ == "__main__":
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
+    leave(status)  # every other exit: torch not torn down either (gpudesk.quick_exit)
     sys.exit(status)

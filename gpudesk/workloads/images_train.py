@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpudesk import optimizers
 from gpudesk.optimizers import Optimizer
+from gpudesk.quick_exit import run_and_leave
 from gpudesk.workloads.common import (
     EXIT_OK,
     SGD_MOMENTUM,
@@ -450,4 +451,4 @@ def summarize(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_leave(main)

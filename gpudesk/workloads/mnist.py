@@ -31,7 +31,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -39,6 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpudesk import optimizers
+from gpudesk.quick_exit import run_and_leave
 from gpudesk.workloads.common import (
     ENV_SEED,
     EXIT_OK,
@@ -192,4 +192,4 @@ def on_device(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_leave(main)

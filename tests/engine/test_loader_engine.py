@@ -24,6 +24,7 @@ from gpudesk.paths import Home
 CONSUMER = textwrap.dedent("""
     import json, sys, time
     from gpudesk.loader import SharedLoader
+    from gpudesk.quick_exit import leave
     name, epochs, out, delay = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
     loader = SharedLoader(name, with_ids=True)
     with open(out, "w") as f:
@@ -35,6 +36,8 @@ CONSUMER = textwrap.dedent("""
                 time.sleep(delay)
             f.write(json.dumps({"epoch": epoch, "ids": ids, "mode": loader.mode}) + "\\n")
             f.flush()
+    loader.close()  # what its teardown did, before an exit that skips torch's (quick_exit)
+    leave(0)
 """)
 
 DATASET = {
@@ -156,6 +159,7 @@ def test_stopping_the_engine_stops_producers_no_running_job_reads(
 HOLDING = textwrap.dedent("""
     import os, sys, time
     from gpudesk.loader import SharedLoader
+    from gpudesk.quick_exit import leave
     name, read, gate = sys.argv[1:4]
     loader = SharedLoader(name, with_ids=True)
     batches = sum(1 for _ in loader)
@@ -164,6 +168,7 @@ HOLDING = textwrap.dedent("""
     while not os.path.exists(gate):
         time.sleep(0.02)
     loader.close()
+    leave(0)
 """)
 
 
