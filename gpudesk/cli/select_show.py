@@ -23,7 +23,7 @@ def with_job_measured(cache: SelectionCache, entry: Entry) -> tuple[Entry, str |
     --detach`, that no `gpudesk run --attach` followed): asked of the engine now. Else, with
     why it is not in (None: nothing was missing)."""
     from gpudesk.api.errors import EngineError
-    from gpudesk.api.prepass import prepass_output, record_prepass
+    from gpudesk.api.prepass import record_prepass
     from gpudesk.cli.common import engine_client
 
     job_id = entry.cost.job
@@ -39,13 +39,12 @@ def with_job_measured(cache: SelectionCache, entry: Entry) -> tuple[Entry, str |
     job = found[0]
     if job.ended_at is None:
         return entry, f"it is {job.state}"
-    output = prepass_output(job) if job.state == "succeeded" else None
-    if output is None or output.get("key") != entry.key:  # another engine's job of that id
-        return entry, f"the engine's job {job_id} did not compute this entry"
-    try:
-        record_prepass(cache, job)
+    try:  # into the entry the job's output names: this one, unless another engine's job
+        output = record_prepass(cache, job)
     except OSError as exc:  # a cache it may read but not write: shown, not kept
         return entry, f"measured, but not recorded: {exc.strerror or exc}"
+    if output is None or output.get("key") != entry.key:
+        return entry, f"the engine's job {job_id} did not compute this entry"
     return cache.load(entry.key) or entry, None
 
 
