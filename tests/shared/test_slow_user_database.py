@@ -191,6 +191,11 @@ def test_while_the_user_database_does_not_answer_status_and_a_suspend_keep_the_l
     assert station.ok("admin", "configure", **_SLOTS)["changed"]
     changes = station.ok(None, "status")["station_changes"]
     assert f"(by {admin})" in json.dumps(changes), changes
+    # not left stopped when the station goes: a suspended job's processes outlive its engine,
+    # and the next test's member on the same uid would find them
+    [cancelled] = station.ok(None, "cancel", jobs=[running], grace=1)["results"]
+    assert cancelled["ok"], cancelled
+    assert station.wait_state(running, "cancelled")["state"] == "cancelled"
 
 
 def test_while_the_user_database_does_not_answer_a_listing_by_user_name_waits_alone(
