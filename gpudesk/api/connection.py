@@ -490,7 +490,7 @@ def _not_a_socket(path: Path) -> str | None:
 
 def _not_allowed(home: Home) -> str:
     """Connecting was refused by the socket's mode: the user is not in the station's group."""
-    from gpudesk.core.identity import group_name
+    from gpudesk.core.known_owner import group_name
 
     try:
         group = group_name(home.socket_dir.stat().st_gid)

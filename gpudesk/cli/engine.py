@@ -198,7 +198,8 @@ def _same_station(home: Home, pid: int, group: str) -> None:
     is the station asked for (its state folder, and the group its socket's folder is given
     to); else one paragraph and the daemon's exit 3, since a running engine keeps its own
     settings and this start would change none of them."""
-    from gpudesk.core.identity import group_id, group_name
+    from gpudesk.core.identity import group_id
+    from gpudesk.core.known_owner import group_name
 
     status = _ask_status(home, pid)
     try:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gpudesk.core import protocol
+from gpudesk.core.known_owner import owner_problem
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.paths import user_name
 from gpudesk.text import is_text, quoted
@@ -32,7 +33,7 @@ class Identity:
     gid: int  # the primary group
     groups: tuple[int, ...]  # the supplementary groups, sorted, without duplicates
     # The uid's user name when the job was submitted (None: not known, or stored before schema
-    # 21): a uid deleted and given to another user is not the same owner (`hw.runner.entitled`).
+    # 21): a uid deleted and given to another user is not the same owner (`core.known_owner`).
     login: str | None = field(default=None, compare=False)
 
     @classmethod
@@ -140,14 +141,6 @@ def _number_of(name: str, lookup: Callable[[str], int]) -> int | None:
         return None
 
 
-def group_name(gid: int) -> str:
-    """A group's name, or the gid as text when the system has no name for it."""
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
-
-
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux >= 4.13; Python has no name for it
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _MAX_GROUPS = 65536  # NGROUPS_MAX on Linux
@@ -200,38 +193,11 @@ class OwnerGone(Exception):
 
 
 def as_known_now(owner: Identity, station_group: int | None = None) -> Identity:
-    """`owner` as the user database has it now, for a process started for her (a job, its
-    --notify, a shared-loader producer): with the groups she was submitted with that she still
-    holds (a group taken from her since is not given back). Raises OwnerGone where the uid has
-    no user any more, now names another user than the one who submitted (a deleted user's uid
-    given to someone else), her primary group is no longer hers, or she is no longer in
-    `station_group` (a system engine's, for her job): Slurm's slurmd refuses a job of a user the
-    host does not know, likewise."""
-    try:
-        entry = pwd.getpwuid(owner.uid)
-    except KeyError:
-        anew = None  # the name she was submitted under, on a user made anew since
-        with contextlib.suppress(KeyError):
-            anew = pwd.getpwnam(owner.login or "").pw_uid
-        raise OwnerGone(
-            f"its owner, {owner.login or 'uid'} (uid {owner.uid}), is no longer a user of "
-            "this system (the user database has no entry for the uid"
-            + (f"; the name {owner.login} is uid {anew}'s now, another user)" if anew else ")")
-        ) from None
-    if owner.login is not None and entry.pw_name != owner.login:
-        raise OwnerGone(
-            f"uid {owner.uid} now belongs to {entry.pw_name}, not to {owner.login}, who "
-            "submitted it (the user was deleted and the uid given again)"
-        )
-    holds = {entry.pw_gid, *os.getgrouplist(entry.pw_name, entry.pw_gid)}
-    if owner.gid not in holds:
-        raise OwnerGone(
-            f"{entry.pw_name} (uid {owner.uid}) no longer holds the group it was submitted "
-            f"with, gid {owner.gid}"
-        )
-    if station_group is not None and station_group not in holds:
-        raise OwnerGone(
-            f"{entry.pw_name} (uid {owner.uid}) is no longer a member of "
-            f"{group_name(station_group)}, and the station serves its members only"
-        )
+    """`owner` as the user database has it now, for a process started for her (her --notify, a
+    shared-loader producer, a tracking worker; her job's wrapper asks the same rule itself):
+    with the groups she was submitted with that she still holds (a group taken from her since
+    is not given back). Raises OwnerGone where `core.known_owner.owner_problem` says why not."""
+    problem, holds = owner_problem(owner.uid, owner.gid, owner.login, station_group)
+    if problem is not None:
+        raise OwnerGone(problem)
     return Identity.of(owner.uid, owner.gid, [g for g in owner.groups if g in holds], owner.login)

@@ -468,25 +468,22 @@ class Attempts:
         live.leftovers_killed += leftovers  # said below, once stored (a retry may say them)
         runner.clean(attempt.dir)
         job = self.store.job(attempt.job_id)
-        if record is None:
+        if record is None:  # watched: a re-adopted wrapper is not our child: its signal unknown
             attempt_state, exit_code, signal_number = "lost", None, None
-            if watched:  # a re-adopted wrapper: not our child, so its signal cannot be known
-                outcome = (
-                    f"the job's wrapper (pid {live.pid}) was killed while the engine watched it "
-                    "and left no exit record (most likely by SIGKILL or the out-of-memory killer)"
-                )
-            else:
-                outcome = (
-                    "the job's processes ended while the engine was down and left no exit record"
-                )
-        else:
-            attempt_state, exit_code, signal_number = "exited", record.exit_code, record.signal
+            outcome = (
+                f"the job's wrapper (pid {live.pid}) was killed while the engine watched it and "
+                "left no exit record (most likely by SIGKILL or the out-of-memory killer)"
+                if watched
+                else "the job's processes ended while the engine was down and left no exit record"
+            )
+        else:  # not `ran`: its wrapper refused her as it started (runner.read_exit): no retry
+            attempt_state = "exited" if record.ran else "launch_failed"
+            exit_code, signal_number = record.exit_code if record.ran else None, record.signal
             outcome = record.description
         usage = self.telemetry.monitor.usage.get(attempt.id)
         ended_at = record.ended_at if record and record.ended_at else time.time()
-        ending = self._ending(
-            job, attempt, exit_code, outcome, usage, ran_past_limit(live, watched, ended_at), live
-        )
+        timed_out = ran_past_limit(live, watched, ended_at)
+        ending = self._ending(job, attempt, exit_code, outcome, usage, timed_out, live, record)
         raised = ending.raised_demand
         # worked out before anything is written: a store that refuses the writes below (a full
         # disk) leaves the views showing this end, not a job still running
@@ -593,6 +590,7 @@ class Attempts:
         usage: AttemptUsage | None,
         timed_out: bool,
         live: LiveAttempt,
+        record: runner.ExitRecord | None,
     ) -> Ending:
         oom = (
             gpu_oom_line(attempt.log_path, exit_code, runner.log_owner_uid(job.owner))
@@ -613,6 +611,7 @@ class Attempts:
             ),
             usable_mib=self._usable_alone_mib(),
             preempted_for=live.preempted_for,
+            ran=record is None or record.ran,
         )
 
     # --------------------------------------------------------------- demand

@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 
 from gpudesk import paths, trust
-from gpudesk.core.identity import Identity, OwnerGone, as_known_now
+from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, workdir_problem
 from gpudesk.core.umask import umask_text
 from gpudesk.hw import wrapper
@@ -41,7 +41,7 @@ EXIT_RESERVE_FILE = EXIT_FILE + wrapper.RESERVE_SUFFIX
 EXIT_RESERVE_BYTES = 4096  # a record is ~100 bytes; one block, the least a file takes anyway
 WRAPPER_FILE = "wrapper.json"
 LOCK_FILE = "launch.lock"
-LOG_FILE = "output.log"
+LOG_FILE = wrapper.LOG_FILE
 # How the engine opens a job's log for the wrapper: never through a link (the folder is the
 # engine's, but a name is checked where it costs nothing).
 LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
@@ -64,6 +64,9 @@ class ExitRecord:
     signal: int | None
     ended_at: float | None
     error: str | None
+    # False: its wrapper refused to run the command (the owner is no longer the user who
+    # submitted it: wrapper.owner_refused) and left the launch lock unmarked; it never ran
+    ran: bool = True
 
     @property
     def description(self) -> str:
@@ -180,15 +183,6 @@ def run_as(owner: Identity) -> Identity | None:
     return owner
 
 
-def entitled(owner: Identity, station_group: int | None = None) -> Identity:
-    """`owner` as the user database has it now, still in `station_group` where one is given
-    (core.identity.as_known_now), or LaunchError saying why the job is not run."""
-    try:
-        return as_known_now(owner, station_group)
-    except OwnerGone as exc:
-        raise LaunchError(f"{exc}: it is not run") from None
-
-
 def log_owner_uid(owner: Identity) -> int:
     """Whose files a job's output.log and its parts must be when the engine reads them
     (gpudesk.joblog reads them as files a user may have planted): its owner's where the job ran
@@ -291,11 +285,11 @@ def launch(
     """Start the wrapper for one attempt (its folder `prepare`d); the caller must reap it
     (`reap`). `containment` is the attempt's cgroup for the wrapper to join, or why there is
     none (`containment.Containment.prepare`). `owner`: the identity to run the command as,
-    where it is not the engine's (a system engine's job; `run_as`), who must still be a member
-    of `station_group` (the system engine's) where one is given. The command is `spec`'s, run
-    with its umask where it has one (the submitter's: core/umask.py)."""
-    if owner is not None:
-        owner = entitled(owner, station_group)
+    where it is not the engine's (a system engine's job; `run_as`): the wrapper checks that she
+    is still the user who submitted it, in `station_group` (the system engine's) where one is
+    given, as it starts (core/known_owner.py; never here: the user database may hang, and this
+    runs on the engine's loop). The command is `spec`'s, run with its umask where it has one
+    (the submitter's: core/umask.py)."""
     problem = workdir_problem(workdir) if owner is None else None
     if problem is not None:
         # (a job run as its owner learns this in the wrapper, as its owner: whether root can
@@ -305,7 +299,9 @@ def launch(
     identity = [] if spec.umask is None else ["--umask", umask_text(spec.umask)]
     if owner is not None:
         groups = ",".join(str(g) for g in owner.groups)
+        station = "" if station_group is None else str(station_group)
         identity += ["--as", f"{owner.uid}:{owner.gid}:{groups}"]
+        identity += ["--check", f"{station}:{owner.login or ''}"]
     argv = [
         sys.executable,
         "-I",
@@ -442,7 +438,9 @@ def read_exit(attempt_dir: str | Path) -> ExitRecord | None:
         return None
     if not isinstance(ended_at, (int, float, type(None))) or isinstance(ended_at, bool):
         ended_at = None
-    return ExitRecord(exit_code, sig, ended_at, error if isinstance(error, str) else None)
+    if not isinstance(error, str):
+        return ExitRecord(exit_code, sig, ended_at, None)
+    return ExitRecord(exit_code, sig, ended_at, error, ran=command_started(attempt_dir))
 
 
 def _small_int(value: object) -> bool:

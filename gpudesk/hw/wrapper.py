@@ -27,12 +27,15 @@ What it is handed (`runner.launch`):
   the record survives a disk that filled up while the job ran.
 
 A job run as its owner (an engine run by root, a job of another user; `runner.run_as`): the
-wrapper gets `--as UID:GID:G1,G2` and stays root, so it can join the cgroup and write its records;
-it forks, and the child takes the owner's supplementary groups, gid and uid, then enters the
-working directory *as the owner* (a folder the owner may not enter fails the job with 126 and a
-line that says so, never entered with root's rights) and execs the command (`_start_as`). A
-personal engine's jobs keep posix_spawnp, the fast path. With `--umask OCTAL` (the submitter's,
-gpudesk.core.umask) the command runs with that umask, else with the engine's.
+wrapper gets `--as UID:GID:G1,G2` and stays root, so it can join the cgroup and write its records.
+With `--check STATION_GID:LOGIN` it first asks the user database whether she is still the user
+who submitted it, in the station's group (`owner_refused`: an answer that takes long holds this
+job alone, never the engine), and keeps only the groups she still holds. Then it forks, and
+the child takes the owner's supplementary groups, gid and uid, then enters the working directory
+*as the owner* (a folder the owner may not enter fails the job with 126 and a line that says so,
+never entered with root's rights) and execs the command (`_start_as`). A personal engine's jobs
+keep posix_spawnp, the fast path. With `--umask OCTAL` (the submitter's, gpudesk.core.umask) the
+command runs with that umask, else with the engine's.
 
 Such a wrapper is root, so it never runs with the job's environment: the dynamic loader would
 obey her `LD_PRELOAD`, `LD_AUDIT`, `GCONV_PATH` … in a root process before any code of ours
@@ -76,6 +79,7 @@ LOCK_FD = 3  # where runner.launch puts the launch lock
 LOCK_LAUNCHING = b"-"  # the lock file's first byte, as the engine writes it
 LOCK_STARTED = b"+"  # ... as the wrapper overwrites it just before starting the command
 RESERVE_SUFFIX = ".reserved"  # exit.json.reserved: the space the outcome is written into
+LOG_FILE = "output.log"  # the job's stdout and stderr, made by the engine (runner.launch)
 ENV_FILE = "job.env"  # a job run as its owner: its environment, for the child alone
 ENV_MAX_BYTES = 16 << 20  # more than any environment execve takes (ARG_MAX is far less)
 
@@ -428,26 +432,65 @@ def _ignore(_signum: int, _frame: object) -> None:
     pass
 
 
-def _options(argv: list[str]) -> tuple[list[str], int | None, tuple[int, int, list[int]] | None]:
-    """`argv` without its options, the `--umask` and the `--as` they give ([] where one is not
-    well formed: the usage is said)."""
-    umask, owner = None, None
+def owner_refused(owner: tuple[int, int, list[int]], check: str) -> tuple[list[int], str | None]:
+    """Is `owner` still the user her job was submitted by, in the station's group (`--check
+    STATION_GID:LOGIN`, a part empty where there is none)? (the groups she was submitted with
+    that she still holds, None), or ([], why her job is not run). The user database is asked
+    here, not by the engine: one that hangs (LDAP down) holds this job's start alone, never the
+    engine's loop. The rule is core/known_owner.py's (as_known_now's too), loaded by its path,
+    since this process has no gpudesk on its path: its folder goes after the standard
+    library's, so no file there can stand in for a module of the standard library."""
+    station, _, login = check.partition(":")
+    core = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "core")
+    sys.path.append(core)
+    try:
+        known_owner = __import__("known_owner")
+    finally:
+        sys.path.remove(core)
+    uid, gid, groups = owner
+    gids = int(station) if station.isdigit() else None
+    problem, holds = known_owner.owner_problem(uid, gid, login or None, gids)
+    if problem is not None:
+        return [], f"{problem}: it is not run"
+    return [g for g in groups if g in holds], None
+
+
+def _not_run(attempt_dir: str, refused: str) -> int:
+    """The job's owner was refused (`owner_refused`): its command is not run, and never was, which
+    the launch lock, left "-", tells the engine (runner.read_exit); and no log is left that is
+    owned by whoever holds her uid now."""
+    try:  # noqa: SIM105
+        os.unlink(os.path.join(attempt_dir, LOG_FILE))
+    except OSError:
+        pass
+    exit_file, ended = os.path.join(attempt_dir, "exit.json"), time.time()
+    write_exit(exit_file, exit_code=EXIT_NOT_EXECUTABLE, signal=None, ended_at=ended, error=refused)
+    return EXIT_NOT_EXECUTABLE
+
+
+def _options(
+    argv: list[str],
+) -> tuple[list[str], int | None, tuple[int, int, list[int]] | None, str | None]:
+    """`argv` without its options, and the `--umask`, `--as` and `--check` they give ([] where
+    one is not well formed: the usage is said)."""
+    umask, owner, check = None, None, None
     if len(argv) > 7 and argv[5] == "--umask":
         umask = parse_umask(argv[6])
         argv = argv[:5] + argv[7:] if umask is not None else []
     if len(argv) > 7 and argv[5] == "--as":
         owner = parse_owner(argv[6])
         argv = argv[:5] + argv[7:] if owner is not None else []
-    return argv, umask, owner
+    if len(argv) > 7 and argv[5] == "--check" and owner is not None:
+        check, argv = argv[6], argv[:5] + argv[7:]
+    return argv, umask, owner, check
 
 
 def main(argv: list[str]) -> int:
-    # ATTEMPT_DIR WORKDIR SHELL LOCK_FD CONTAINMENT [--umask OCTAL] [--as UID:GID:GROUPS] -- COMMAND
-    argv, job_umask, owner = _options(argv)
+    argv, job_umask, owner, check = _options(argv)
     if len(argv) < 7 or argv[5] != "--":
         _say(
-            "usage: wrapper.py ATTEMPT_DIR WORKDIR SHELL(0|1) LOCK_FD CONTAINMENT "
-            "[--umask OCTAL] [--as UID:GID:G1,G2] -- COMMAND..."
+            "usage: wrapper.py ATTEMPT_DIR WORKDIR SHELL(0|1) LOCK_FD CONTAINMENT [--umask OCTAL] "
+            "[--as UID:GID:G1,G2 [--check STATION_GID:LOGIN]] -- COMMAND..."
         )
         return EXIT_USAGE
     attempt_dir, workdir, shell, lock_fd = argv[0], argv[1], argv[2] == "1", argv[3]
@@ -490,6 +533,11 @@ def main(argv: list[str]) -> int:
         )
 
     say_who(None)
+    if owner is not None and check is not None:
+        kept, refused = owner_refused(owner, check)
+        if refused is not None:
+            return _not_run(attempt_dir, refused)
+        owner = (owner[0], owner[1], kept)
 
     if lock >= 0:
         # From here on the command may run: a restarted engine that finds this wrapper dead

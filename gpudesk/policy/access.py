@@ -16,7 +16,8 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 
-from gpudesk.core.identity import Caller, group_name, user_name
+from gpudesk.core.identity import Caller, user_name
+from gpudesk.core.known_owner import group_name
 from gpudesk.core.records import JobRecord
 
 

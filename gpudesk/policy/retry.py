@@ -39,6 +39,7 @@ def ending(
     after_oom: Callable[[], Demand],
     usable_mib: float | None = None,
     preempted_for: int | None = None,
+    ran: bool = True,
 ) -> Ending:
     """Attempt `attempt_number` of `job` ended with `exit_code` (None: unknown), described by
     `outcome`; `timed_out` when it ran past its time limit, `oom` the log's out-of-memory line
@@ -47,9 +48,12 @@ def ending(
     job at once, saying so (a hint never does: demand.hint_unknown). `preempted_for`: the
     waiting job the engine asked it to give way to (docs/preemption.md): unless it exited 0
     (its work was done) it goes back to the queue to resume, whatever max_attempts says, as no
-    failure."""
+    failure. Not `ran`: its owner was refused as it started (hw/wrapper.py owner_refused), which
+    no retry changes."""
     if job.cancel_requested and exit_code != 0:
         return Ending(JobState.CANCELLED, f"cancelled ({outcome})")
+    if not ran:
+        return Ending(JobState.FAILED, outcome)
     if exit_code == 0:
         return Ending(JobState.SUCCEEDED, outcome)
     if preempted_for is not None:

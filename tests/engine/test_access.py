@@ -14,7 +14,8 @@ import pytest
 from conftest import EngineInProcess
 
 from gpudesk.api.models import ConfigureResult
-from gpudesk.core.identity import Caller, Identity, group_name
+from gpudesk.core.identity import Caller, Identity
+from gpudesk.core.known_owner import group_name
 from gpudesk.core.station import StationConfig
 from gpudesk.paths import Home
 from gpudesk.policy.access import Access

@@ -27,7 +27,9 @@ from conftest import EngineHandle, EngineInProcess, Run, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpudesk.core.identity import Caller, Identity
+from gpudesk.core.jobs import JobSpec
 from gpudesk.core.station import StationConfig
+from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home, user_name
 from gpudesk.policy.access import Access
 
@@ -265,6 +267,27 @@ def test_an_out_of_memory_recovery_is_counted(metrics_engine: tuple[EngineHandle
         0.1,
         "the endpoint to count one recovery",
     )
+
+
+def test_job_counts_name_each_owner_as_stored_with_her_jobs(home: Home) -> None:
+    """The exporter runs on the engine's loop, which never waits on the user database (LDAP
+    may hang): an owner is named as her jobs were stored (before: looked up, once a uid)."""
+    home.root.mkdir(parents=True, exist_ok=True)
+    gone = Identity.of(61077, 61077, [], "gdstored")  # no user has this uid: no lookup names it
+    store = Store.open(home.db)
+    try:
+        spec = JobSpec.from_dict({"name": "held", "command": ["true"], "workdir": "/"})
+        store.submit([spec], dict(os.environ), owner=gone, held=True)
+    finally:
+        store.close()
+    handle = EngineHandle(home)
+    handle.start(backend=SIM, sample_interval=0.2, metrics_listen="127.0.0.1:0")
+    try:
+        url = handle.client.request("status")["station"]["metrics_url"]
+        counted = [(s[1]["user"], s[2]) for s in scrape(url)["gpudesk_jobs"] if s[2]]
+        assert counted == [("gdstored", 1.0)], counted
+    finally:
+        handle.client.close()
 
 
 def test_a_stuck_scraper_does_not_stall_the_engine_or_other_scrapes(

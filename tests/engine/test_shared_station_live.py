@@ -25,9 +25,9 @@ ADA = Identity.of_process()  # the engine's own user
 @pytest.fixture
 def bob() -> Iterator[Identity]:
     """Another user. An engine run by root runs his jobs as him (so they use only what anyone
-    may run, from a folder anyone may enter), and only as a user the system knows
-    (hw.runner.entitled): a real throwaway one there. Elsewhere the engine cannot switch users,
-    and a uid with no passwd entry stands for him."""
+    may run, from a folder anyone may enter), and only as a user the system knows (its
+    wrapper asks: core/known_owner.py): a real throwaway one there. Elsewhere the engine cannot
+    switch users, and a uid with no passwd entry stands for him."""
     if os.geteuid() != 0:
         yield Identity.of(61002, 61002, [])
         return

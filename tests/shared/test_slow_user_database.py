@@ -13,6 +13,7 @@ every other client of the engine sees while ada's submit waits."""
 
 from __future__ import annotations
 
+import base64
 import glob
 import json
 import os
@@ -246,3 +247,40 @@ def test_while_the_user_database_does_not_answer_a_listing_by_user_name_waits_al
         (userdb / "io.gdtest.Silent").unlink()
     jobs = station.ok(None, "jobs", user=ada.name)["jobs"]  # the database answers again
     assert [j["id"] for j in jobs] == [held]
+
+
+def test_while_the_user_database_does_not_answer_a_members_job_starts_without_the_engine(
+    slow_nss_station: tuple[Station, Path],
+) -> None:
+    """A system engine runs a job only for the user who submitted it, still in the station's
+    group, as the user database says at its start. Its wrapper asks (hw/wrapper.py
+    owner_refused), not the engine (before: its loop asked, once a job start, and every client
+    waited out a silent database with it). The job waits alone, and runs once it answers."""
+    station, userdb = slow_nss_station
+    ada = station.users["ada"]
+    job = {"name": "who", "command": ["id", "-un"], "workdir": "/tmp"}
+    job_id = station.submit("ada", job, hold=True)  # the database answers: stored with her name
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(userdb / "io.gdtest.Silent"))
+    silent.listen(16)
+    silent.settimeout(30)
+    asked: list[socket.socket] = []
+    try:
+        station.ok(None, "release", jobs=[job_id])  # root's: asks the database nothing of hers
+        asked.append(silent.accept()[0])  # her job's start asks the silent one who she is
+        started = time.monotonic()
+        assert _as_root(station, "ping", timeout=5.0)["ok"]
+        status = _as_root(station, "status", timeout=5.0)
+        assert status["ok"], status
+        shown = _as_root(station, "show", timeout=5.0, job=job_id)
+        assert shown["ok"] and shown["result"]["job"]["state"] == "running", shown
+        assert time.monotonic() - started < 5.0
+    finally:
+        for conn in asked:
+            conn.close()
+        silent.close()
+        (userdb / "io.gdtest.Silent").unlink()
+    # the database answers again: her job runs, as her
+    assert station.wait_state(job_id, "succeeded", "failed", timeout=60)["state"] == "succeeded"
+    said = station.ok(None, "log", job=job_id)
+    assert base64.b64decode(said["data"]).decode().split() == [ada.name]

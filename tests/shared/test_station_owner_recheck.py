@@ -37,8 +37,8 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(argv), capture_output=True, text=True, check=False)
 
 
-def _held(station: Station, role: str, name: str) -> int:
-    job = {"name": name, "command": ["id"], "workdir": "/", "gpus": 0}
+def _held(station: Station, role: str, name: str, attempts: int = 1) -> int:
+    job = {"name": name, "command": ["id"], "workdir": "/", "gpus": 0, "max_attempts": attempts}
     return station.submit(role, job, hold=True)
 
 
@@ -81,7 +81,7 @@ def test_a_member_taken_out_of_the_station_group_has_her_waiting_job_failed(
     station: Station,
 ) -> None:
     bob = station.users["bob"]
-    job_id = _held(station, "bob", "bobjob")
+    job_id = _held(station, "bob", "bobjob", attempts=3)  # a refusal is not retried: one attempt
     assert _run("gpasswd", "-d", bob.name, station.group).returncode == 0
     try:
         said = _released_and_failed(station, job_id)

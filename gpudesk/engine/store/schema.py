@@ -327,7 +327,7 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE alone_rates ADD COLUMN sm_pct REAL;
     ALTER TABLE alone_rates ADD COLUMN sm_runs INTEGER NOT NULL DEFAULT 0;
     """,
-    # 21: the owner's user name at submission (hw/runner.py's `entitled`); older jobs: NULL
+    # 21: the owner's user name at submission (core/known_owner.py's rule); older jobs: NULL
     "ALTER TABLE jobs ADD COLUMN owner_login TEXT;",
     # 22: an array's tasks by its id (store/jobs.py array_tasks); a damaged spec's row left out
     f"CREATE INDEX jobs_by_array ON jobs ({ARRAY_OF_ROW}) WHERE json_valid(spec) AND "

@@ -231,7 +231,8 @@ class MetricsExporter:
         return self._counts
 
     def _user_name(self, uid: int | None) -> str:
-        """A uid's name, looked up once per engine (a jobs' owner does not change names)."""
+        """A uid's name: as stored with its jobs (NSS may hang), else looked up; once per engine."""
         if uid not in self._names:
-            self._names[uid] = user_name(uid if uid is not None else os.getuid())
+            stored = self.store.owner_login(uid) if uid is not None else None
+            self._names[uid] = stored or user_name(uid if uid is not None else os.getuid())
         return self._names[uid]
