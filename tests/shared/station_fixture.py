@@ -282,8 +282,9 @@ def kill_leftovers(top: Path, uids: Sequence[int]) -> list[str]:
         time.sleep(0.05)
     if lines:
         warnings.warn(
-            "the station's jobs left processes when its engine stopped (killed now; a test "
-            "that suspends a job should cancel it):\n" + "\n".join(lines),
+            "processes of the station's members or jobs were left when its engine stopped "
+            "(killed now; a test should end what it starts, and cancel a job it suspends):\n"
+            + "\n".join(lines),
             stacklevel=1,
         )
     return lines

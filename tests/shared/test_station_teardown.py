@@ -24,7 +24,7 @@ def test_a_suspended_job_left_by_a_test_is_killed_and_named_at_teardown() -> Non
     assert len(stopped) == 3, stopped  # sh and its two sleeps
     wrapper = psutil.Process(pgid)  # the job's group leader: root's wrapper
     assert wrapper.uids().real == 0 and wrapper.status() == psutil.STATUS_STOPPED
-    with pytest.warns(UserWarning, match="left processes when its engine stopped") as said:
+    with pytest.warns(UserWarning, match="were left when its engine stopped") as said:
         made.close()  # the test returns: its fixture's teardown
     warned = str(said[0].message)
     assert all(f"{proc.pid} stopped" in warned for proc in [wrapper, *stopped]), warned
