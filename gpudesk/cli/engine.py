@@ -381,7 +381,26 @@ def _say_not_running(home: Home, kind: str, json_out: bool) -> None:
             }
         )
     else:
-        print(printable_line(f"engine: not running ({home.description})"))
+        _print_not_running(home)
+
+
+def _print_not_running(home: Home) -> None:
+    """A stopped engine said as a running one is (`_print_engine_and_station`): which engine
+    this shell talks to, where its state is, and how it starts."""
+    from gpudesk.api.connection import who_starts
+    from gpudesk.cli.no_engine import how_to_start
+
+    say = _sayer()
+    say("engine: not running")
+    if home.is_system:
+        say(printable_line(f"talks to: the station's system engine at {home.control_socket}"))
+        say(f"state:   not known: {STATE_DIR_UNKNOWN} ({SYSTEM_STATE_DIR} by default)")
+        say(printable_line(f"start:   {who_starts(home)}"))
+        return
+    named = {"default": "the default home"}.get(source := _home_named_by(), f"from {source}")
+    say(printable_line(f"talks to: the personal engine of {home.root} ({named})"))
+    say(printable_line(f"socket:  {home.control_socket}"))
+    say(printable_line(f"start:   {how_to_start(home)}"))
 
 
 def _home_named_by() -> str:

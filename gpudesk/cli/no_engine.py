@@ -104,6 +104,16 @@ def no_engine_line(home: Home) -> str:
 def stopped(home: Home) -> NoReturn:
     """The error of a read in a home whose engine has stopped (or never ran, for a command
     that has no empty answer)."""
+    fail(
+        f"no engine is running for {home.root}; this command only asks a running one and "
+        f"does not start it: {how_to_start(home)}",
+        EXIT_NOT_RUNNING,
+    )
+
+
+def how_to_start(home: Home) -> str:
+    """How a personal home's stopped engine starts: "`gpudesk engine start` starts it (its jobs
+    are kept)", or why that would not start one."""
     from gpudesk.core.lost_database import lost_database
 
     # The home named as the command found it: `GPUDESK_HOME=… gpudesk history` (a profile's
@@ -111,16 +121,9 @@ def stopped(home: Home) -> NoReturn:
     quoted_home = printable_line(shlex.quote(str(home.root)))
     named = f"GPUDESK_HOME={quoted_home} " if os.environ.get("GPUDESK_HOME") else ""
     # (a database deleted under the last engine: the next one refuses to start, and says why)
-    start = (
-        f"`{named}gpudesk engine start` would not start one: {problem}"
-        if (problem := lost_database(home))
-        else f"`{named}gpudesk engine start` starts it (its jobs are kept)"
-    )
-    fail(
-        f"no engine is running for {home.root}; this command only asks a running one and "
-        f"does not start it: {start}",
-        EXIT_NOT_RUNNING,
-    )
+    if problem := lost_database(home):
+        return f"`{named}gpudesk engine start` would not start one: {problem}"
+    return f"`{named}gpudesk engine start` starts it (its jobs are kept)"
 
 
 AWAY_POLL_S = 1.0  # while the engine is away, how often `wait` and `logs -f` ask it again

@@ -176,16 +176,22 @@ def _groups_of(uid: int, gid: int) -> list[int]:
         return [gid]
 
 
-def login_identity(uid: int) -> Identity:
+def login_identity(user: int | pwd.struct_passwd) -> Identity:
     """A user's identity as a login gives it now (her primary group, and each group that lists
-    her); a uid the user database does not know: that uid, as its own group. Whom a process
-    started for a user runs as where nothing more is known of her (a tracking worker started
-    again after an engine restart, for a sweep's run)."""
+    her: initgroups), by uid or by her entry in the user database (found by name: a dataset's
+    declared owner); a uid the user database does not know: that uid, as its own group. Whom a
+    process started for a user runs as where nothing more is known of her (a tracking worker
+    started again after an engine restart, a shared loader's producer)."""
+    if isinstance(user, int):
+        try:
+            return login_identity(pwd.getpwuid(user))
+        except KeyError:
+            return Identity.of(user, user, ())
     try:
-        gid = pwd.getpwuid(uid).pw_gid
-    except KeyError:
-        return Identity.of(uid, uid, ())
-    return Identity.of(uid, gid, _groups_of(uid, gid))
+        groups = os.getgrouplist(user.pw_name, user.pw_gid)
+    except OSError:
+        groups = [user.pw_gid]
+    return Identity.of(user.pw_uid, user.pw_gid, groups)
 
 
 class OwnerGone(Exception):

@@ -9,9 +9,9 @@ path and an owner); `finish(result)` runs back on the loop with its result and b
 connection: every other client is answered meanwhile.
 
 Bounds, so one member cannot use up the workers:
-- `bound_s`: a piece of work that has not finished by then is answered "took longer than N s"
-  (the thread is left to end on its own; its result is dropped). Work that runs a subprocess
-  gives it its own timeout below this bound, so threads do not pile up.
+- `bound_s`: a piece of work that has not finished by then is answered "took longer than N s",
+  or by its `late` (the thread is left to end on its own; its result is dropped). Work that
+  runs a subprocess gives it its own timeout below this bound, so threads do not pile up.
 - `WORKERS` threads in all; at most `PER_USER` pieces of one user's work in flight or waiting.
   More are refused at once, naming the limit.
 
@@ -68,6 +68,7 @@ class Later(Generic[T]):
     bound_s: float
     what: str  # for messages: "reading job 12's log"
     counted: bool = True  # against the caller's PER_USER (not: a submit's name lookup)
+    late: Callable[[], msgspec.Struct | Later[Any] | NextTurn] | None = None  # past bound_s
 
 
 @dataclass(frozen=True)

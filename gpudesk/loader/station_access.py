@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from gpudesk.core.identity import Identity, OwnerGone, as_known_now, peer_caller
+from gpudesk.core.identity import Identity, OwnerGone, as_known_now, login_identity, peer_caller
 from gpudesk.loader.protocol import LoaderError
 from gpudesk.paths import Home, UnsafePath, check_station_dir, user_name
 
@@ -55,7 +55,7 @@ def producer_identity(
             entry = pwd.getpwnam(declared)
         except KeyError:
             return f"its declared owner {declared!r} is not a user of this machine"
-        return _identity(entry) if entry.pw_uid != 0 else "its declared owner is root"
+        return login_identity(entry) if entry.pw_uid != 0 else "its declared owner is root"
     if first is not None and first.uid != 0:
         try:  # the job's owner as the system knows her now, as her job is launched
             return as_known_now(first)
@@ -63,18 +63,13 @@ def producer_identity(
             return f"the job that needs it cannot: {exc}"
     if folder_uid is not None and folder_uid != 0:
         try:
-            return _identity(pwd.getpwuid(folder_uid))
+            return login_identity(pwd.getpwuid(folder_uid))
         except KeyError:
             return f"its folder's owner (uid {folder_uid}) is not a user any more"
     return (
         "a producer never runs as root, and no member's job has named it yet; declare an "
         'owner (owner = "USER" in its [datasets] table)'
     )
-
-
-def _identity(entry: pwd.struct_passwd) -> Identity:
-    """A user's identity as a login gives it (initgroups)."""
-    return Identity.of(entry.pw_uid, entry.pw_gid, os.getgrouplist(entry.pw_name, entry.pw_gid))
 
 
 def folder_owner(home: Home, name: str) -> int | None:

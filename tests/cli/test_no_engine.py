@@ -212,6 +212,34 @@ def test_engine_status_json_says_where_a_stopped_engines_home_comes_from(
     assert_no_engine(home)
 
 
+def test_engine_status_text_says_a_stopped_engine_where_its_state_is_and_how_it_starts(
+    home: Home, tmp_path: Path
+) -> None:
+    """Stopped, `engine status` says what it says of a running engine that it can know, as a
+    sysadmin reads it: which engine this shell talks to, where its state is, and how it starts
+    (before: one line naming its socket or home)."""
+    socket = tmp_path / "station" / "control.sock"
+    done = gpudesk("engine", "status", env={**os.environ, "GPUDESK_SOCKET": str(socket)})
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.splitlines() == [
+        "engine: not running",
+        f"talks to: the station's system engine at {socket}",
+        "state:   not known: the station's engine is down: its state folder is the --state-dir "
+        "it was started with, which only the running engine names (/var/lib/gpudesk by default)",
+        f"start:   an admin starts it (its service, or `sudo gpudesk engine start --system "
+        f"--socket {socket}` with its --state-dir)",
+    ], done.stdout
+    done = gpudesk("engine", "status")  # a personal home
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.splitlines() == [
+        "engine: not running",
+        f"talks to: the personal engine of {home.root} (from GPUDESK_HOME)",
+        f"socket:  {home.control_socket}",
+        f"start:   `GPUDESK_HOME={home.root} gpudesk engine start` starts it (its jobs are kept)",
+    ], done.stdout
+    assert_no_engine(home)
+
+
 @pytest.mark.parametrize("args", [("--readonly",), ("desk", "--readonly")])
 def test_a_readonly_desk_watches_a_running_engine_and_starts_none(
     home: Home, args: tuple[str, ...]

@@ -391,6 +391,8 @@ def test_a_members_forged_status_breaks_no_ones_view(
             assert status is None or status.get("orphaned") is None, status
             assert status is None or isinstance(status.get("consumers"), list), status
     finally:
+        for child in psutil.Process(hostile.pid).children(recursive=True):
+            child.kill()  # her python, under runuser: killing runuser alone leaves it
         hostile.kill()
         hostile.wait()
         ended(producer)
@@ -454,6 +456,8 @@ def test_a_members_stopping_words_reach_no_terminal_and_hold_no_ask(
         view = st.ok("bob", "status", fresh_loaders=True)
         assert "pwned" not in json.dumps(view), view
     finally:
+        for child in psutil.Process(hostile.pid).children(recursive=True):
+            child.kill()  # her python, under runuser: killing runuser alone leaves it
         hostile.kill()
         hostile.wait()
         ended(producer)

@@ -6,8 +6,9 @@ real system engine (`python -m gpudesk.engine.daemon --system`) with its state a
 temporary folder. Users talk to it with `raw_client.py` under the system's python3 (the project's
 environment may sit in root's home, which they cannot read), so the engine learns who they are
 from the kernel, as it would from `gpudesk`; root (the tests' own process) with its framing,
-in process. Everything is removed afterwards, even on failure: the engine stopped, then the
-users and groups (local_users).
+in process. Everything is removed afterwards, even on failure: the engine stopped, then what
+is left of the jobs killed and named in a warning (kill_leftovers), then the users and groups
+(local_users).
 
 `python`: the interpreter the engine runs (default: the tests' own). The engine starts its
 tracking workers, as the jobs' owners, with its own interpreter: a test of them gives one the
@@ -28,12 +29,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from local_users import LocalUser, local_accounts
 from raw_client import read_reply, request_frame
@@ -247,7 +250,51 @@ def make_station(
         finally:
             if station is not None:
                 station.stop()  # before the users go: their jobs end with the engine's care
+                kill_leftovers(top, [user.uid for user in made.users.values()])
             shutil.rmtree(top, ignore_errors=True)
+
+
+def kill_leftovers(top: Path, uids: Sequence[int]) -> list[str]:
+    """Kill what a station's jobs left once its engine is gone, and name it in a warning: any
+    process of its members (`uids`), and any whose command line names its folder (`top`): the
+    root wrapper of each job, which drops to the owner only in its child. A job still running
+    ends with its command; a suspended one does not: its wrapper and children, stopped, outlive
+    the engine and the users, and the next test's member given the same uid would find them.
+    A test that leaves one is at fault, but the next test must not pay for it: SIGKILL ends a
+    stopped process too. Returns the lines it warned of (`pid stat user args`)."""
+    left: list[psutil.Process] = []
+    for proc in psutil.process_iter(["uids", "cmdline", "status"]):
+        info = proc.info
+        if info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
+            continue  # a zombie runs nothing; its parent (init, here) reaps it or not
+        mine = info["uids"] is not None and info["uids"].real in uids
+        if mine or str(top) in " ".join(info["cmdline"] or ()):
+            left.append(proc)
+    lines: list[str] = []
+    for proc in left:
+        try:
+            lines.append(f"{proc.pid} {proc.status()} {proc.username()} {' '.join(proc.cmdline())}")
+            proc.kill()
+        except psutil.Error:
+            pass  # it ended meanwhile
+    deadline = time.monotonic() + 10  # dead: gone, or a zombie (init reaps orphans, or not)
+    while time.monotonic() < deadline and any(_runs(proc) for proc in left):
+        time.sleep(0.05)
+    if lines:
+        warnings.warn(
+            "processes of the station's members or jobs were left when its engine stopped "
+            "(killed now; a test should end what it starts, and cancel a job it suspends):\n"
+            + "\n".join(lines),
+            stacklevel=1,
+        )
+    return lines
+
+
+def _runs(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def user_python_station(engine_env: Mapping[str, str] | None = None) -> Iterator[Station]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgspec
@@ -147,20 +147,23 @@ class Requests:
         return list(dict.fromkeys(j for i in found for j in (i, *arrays.get(i, {}).values())))
 
 
-def named(handler: Handler, undone: str) -> Handler:
+def named(handler: Handler, undone: str | None = None) -> Handler:
     """`handler` given its caller named as the user database has it now (`Identity.named`: a
     submit's jobs' owner is stored with it; suspend's "by ada" is asked once, not per job),
     looked up off the loop: NSS may ask LDAP or SSSD, one slow directory stalling every client
     (the caller is read on the loop, from the socket). Counted against no one's PER_USER: it
     takes microseconds where the database is well, and her third `gpudesk submit &` in a turn
-    would be refused. Unanswered in NAME_BOUND_S: refused (`undone`: "nothing was queued"), not
-    done nameless (a submit: run for whoever holds the uid at launch, `as_known_now`); the late
-    answer is dropped (OffLoop), so a submission is never stored twice."""
+    would be refused. Unanswered in NAME_BOUND_S: refused (`undone`: "nothing was queued"; a
+    submit's owner must be named, `as_known_now`), its late answer dropped (OffLoop); without
+    `undone`, done as "uid N" (suspend: judged by uid and the kernel's groups, named in text)."""
 
     def named_first(args: Any, caller: Caller) -> Later[Identity]:
-        what = f"{undone}: asking the user database for uid {caller.uid}'s name"
+        what = f"{undone}: " if undone else ""
+        what += f"asking the user database for uid {caller.uid}'s name"
         then = lambda identity: handler(args, Caller(identity, caller.pid))  # noqa: E731
-        return Later(caller.identity.named, then, NAME_BOUND_S, what, counted=False)
+        nameless = replace(caller.identity, login=f"uid {caller.uid}")
+        late = None if undone else lambda: then(nameless)
+        return Later(caller.identity.named, then, NAME_BOUND_S, what, counted=False, late=late)
 
     return named_first
 

@@ -20,11 +20,11 @@ from gpudesk.text import printable, safe_text
 class ControlRequests(JobActionRequests):
     def ops(self) -> dict[str, Handler]:
         return {
-            "suspend": named(self.suspend, "nothing was suspended"),
-            "resume": named(self.resume, "nothing was resumed"),
-            "signal": named(self.signal, "no signal was sent"),
-            "drain": named(self.drain, "the station was not drained"),
-            "undrain": named(self.undrain, "the station was not undrained"),
+            "suspend": named(self.suspend),
+            "resume": named(self.resume),
+            "signal": named(self.signal),
+            "drain": named(self.drain),
+            "undrain": named(self.undrain),
         }
 
     def suspend(self, args: JobRefsArgs, caller: Caller) -> ActionResult | NextTurn:

@@ -8,8 +8,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
-
 from gpudesk import diskspace
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller
@@ -80,7 +78,7 @@ class RequestHandlers:
             result = handler(args, caller)
             if isinstance(result, (Later, NextTurn)):
                 return self._pending(request_id, caller, result, op)
-            return _result_reply(request_id, result)
+            return protocol.encode_result(request_id, result)  # msgspec, from the struct
         except Exception as exc:
             return self._error_reply(request_id, exc, op)
         finally:
@@ -100,7 +98,9 @@ class RequestHandlers:
                 elif isinstance(step, Later):
 
                     def done(result: Any, error: BaseException | None) -> None:
-                        if error is not None:
+                        if isinstance(error, TimeoutError) and step.late is not None:
+                            settle(step.late)
+                        elif error is not None:
                             post(self._error_reply(request_id, error, op))
                         else:
                             settle(lambda: step.finish(result))
@@ -111,7 +111,7 @@ class RequestHandlers:
                     except Busy as exc:
                         out(protocol.encode_error(request_id, protocol.REFUSED, str(exc)))
                 else:
-                    out(_result_reply(request_id, step))
+                    out(protocol.encode_result(request_id, step))
 
             def settle(step: Callable[[], Any]) -> None:
                 started, replies = self.parts.loop.hold(), list[bytes]()  # counted as op too
@@ -139,12 +139,6 @@ class RequestHandlers:
                 request_id, protocol.REFUSED, diskspace.request_text(root, nothing)
             )
         return _error_reply(request_id, exc)
-
-
-def _result_reply(request_id: Any, result: msgspec.Struct) -> bytes:
-    """A handler's result on the wire: its reply type (gpudesk.core.wire), written by msgspec
-    straight from the struct (protocol.encode_result)."""
-    return protocol.encode_result(request_id, result)
 
 
 def _error_reply(request_id: Any, exc: BaseException) -> bytes:

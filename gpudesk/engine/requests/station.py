@@ -51,7 +51,7 @@ class StationRequests(Requests):
             "ping": self.ping,
             "status": self.status,
             "shutdown": self.shutdown,
-            "configure": named(self.configure, "no station setting was changed"),
+            "configure": named(self.configure),
             "check_configure": self.check_configure,
             "datasets": self.datasets,
         }
