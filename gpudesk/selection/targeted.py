@@ -20,7 +20,9 @@ What it computes, for training samples z and a target set (samples of the task t
    sum_i eta_i * mean over the targets t of class c of cos(Gamma_i(z), g_i(t)), where eta_i is
    the mean learning rate of epoch i, normalised to sum to 1 (LESS's checkpoint weights). The
    mean cosine to a class is the dot product with the mean of its normalised target features,
-   so the target side costs one vector per class and checkpoint.
+   so the target side costs one vector per class and checkpoint. A checkpoint of weight 0 (an epoch
+   whose learning rate was 0 throughout: a warm-up of one step an epoch) adds nothing to the
+   scores, and its steps 2-4 are skipped.
 6. The ordering: descending score (top-k), ties broken by a seeded permutation. No coverage
    bins, no pruning; per-class quotas, when asked, are applied later (`presets.take`).
 
@@ -178,6 +180,8 @@ def less_scores(
     times = gradients.StageTimes()
     scores = torch.zeros((len(labels), len(target_classes)), dtype=torch.float64)
     for checkpoint, weight in zip(warmup.checkpoints, weights, strict=True):
+        if weight == 0.0:
+            continue  # it adds nothing to the scores (an epoch at learning rate 0): not computed
         # the target side: plain gradients, one mean normalised feature per target class
         sums = torch.zeros((len(target_classes), PROJECTION_DIM), dtype=torch.float64)
         for s in _chunks(len(target_labels), chunk):

@@ -1,7 +1,8 @@
 """A dataset whose every sample says which one it is: for testing and measuring the shared
 loader. Sample `i` is `(features, label)`: a float32 tensor of `shape` filled with `i`, and the
 int64 label `i`; so a consumer can check both which samples it got and that their bytes arrived
-intact. `cost_ms` of busy work per sample stands in for decoding."""
+intact. `cost_ms` of busy work per sample stands in for decoding; `wait_ms` of sleep per sample
+for reading from slow storage (a slow dataset that leaves the CPU to others)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ from typing import Any
 
 class SyntheticDataset:
     def __init__(
-        self, size: int = 256, shape: tuple[int, ...] = (4,), cost_ms: float = 0.0
+        self,
+        size: int = 256,
+        shape: tuple[int, ...] = (4,),
+        cost_ms: float = 0.0,
+        wait_ms: float = 0.0,
     ) -> None:
         self.size, self.shape, self.cost_ms = int(size), tuple(shape), float(cost_ms)
+        self.wait_ms = float(wait_ms)
 
     def __len__(self) -> int:
         return self.size
@@ -27,6 +33,8 @@ class SyntheticDataset:
             until = time.process_time() + self.cost_ms / 1000.0
             while time.process_time() < until:
                 pass
+        if self.wait_ms:
+            time.sleep(self.wait_ms / 1000.0)
         return (
             torch.full(self.shape, float(index), dtype=torch.float32),
             torch.tensor(index, dtype=torch.int64),
@@ -34,9 +42,12 @@ class SyntheticDataset:
 
 
 def make_dataset(
-    size: int = 256, shape: tuple[int, ...] | list[int] = (4,), cost_ms: float = 0.0
+    size: int = 256,
+    shape: tuple[int, ...] | list[int] = (4,),
+    cost_ms: float = 0.0,
+    wait_ms: float = 0.0,
 ) -> SyntheticDataset:
-    return SyntheticDataset(size, tuple(shape), cost_ms)
+    return SyntheticDataset(size, tuple(shape), cost_ms, wait_ms)
 
 
 class AugmentedDataset(SyntheticDataset):

@@ -14,7 +14,7 @@ import pytest
 from conftest import processes_in_group, wait_for
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_dataplane.py"
-REHEARSAL = ("--device", "cpu", "--small", "--seconds", "1", "--consumers", "2")
+REHEARSAL = ("--device", "cpu", "--small", "--seconds", "0.5", "--consumers", "2")
 
 
 def run_probe(out: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
@@ -96,7 +96,7 @@ def test_a_section_past_its_limit_is_killed_with_its_processes_and_the_run_goes_
     """6 s: the ipc section is past its imports and into its first phase, with its producer and
     consumers (each a child of its own), so the kill has grandchildren to find. That phase
     measures for 30 s, which the section's own budget (70 % of its limit) does not cut short:
-    with the rehearsal's 1 s an idle machine finished the section within the 6 s, "ok"."""
+    with the rehearsal's 0.5 s an idle machine finished the section within the 6 s, "ok"."""
     started = time.monotonic()
     _, report = run_probe(tmp_path / "out", "--limit-s", "6", "--seconds", "30")
     assert time.monotonic() - started < 40

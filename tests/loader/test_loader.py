@@ -334,6 +334,7 @@ class Loaders:
         slots: int = 16,
         shape: tuple[int, ...] = (2,),
         cost_ms: float = 0.0,
+        wait_ms: float = 0.0,
         wait: bool = True,
         idle_exit: float = 30.0,
         selection: str | None = None,
@@ -342,13 +343,16 @@ class Loaders:
         env: dict[str, str] | None = None,
         session: bool = False,
     ) -> Producer:
-        """A producer of the synthetic dataset (size, shape, cost_ms), or of `dataset`: a
-        factory and its arguments; `session`: in a session (and process group) of its own."""
+        """A producer of the synthetic dataset (size, shape, cost_ms: CPU-s per sample,
+        wait_ms: a sleep per sample, for a producer that is slow without using the CPU), or of
+        `dataset`: a factory and its arguments; `session`: in a session (and process group) of
+        its own."""
         home = home or self.home
         self.count += 1
+        slow = {"wait_ms": wait_ms} if wait_ms else {}
         factory, args = dataset or (
             FACTORY,
-            {"size": size, "shape": list(shape), "cost_ms": cost_ms},
+            {"size": size, "shape": list(shape), "cost_ms": cost_ms, **slow},
         )
         argv = [
             *GPUDESK,
@@ -731,6 +735,25 @@ def test_a_killed_consumer_releases_its_slots_and_the_others_go_on(
     assert_no_new_shm(shm_before, {producer.pid, victim.pid, os.getpid()})
 
 
+def test_a_synthetic_dataset_is_slow_for_wait_ms_without_the_cpu_and_busy_for_cost_ms() -> None:
+    """The tests' slow producers sleep (wait_ms) where a slow producer is the point, and spend
+    the CPU (cost_ms) where decoding's CPU is: each does what it says, and not the other."""
+    from gpudesk.workloads.synthetic import make_dataset
+
+    for dataset, waits, busy in (
+        (make_dataset(size=4, wait_ms=60.0), True, False),
+        (make_dataset(size=4, cost_ms=60.0), True, True),
+        (make_dataset(size=4), False, False),
+    ):
+        dataset[0]  # torch's first call, not counted
+        wall, cpu = time.monotonic(), time.process_time()
+        features, label = dataset[3]
+        wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+        assert (features == 3).all() and int(label) == 3
+        assert (cpu >= 0.06) == busy, (wall, cpu)
+        assert wall >= 0.06 or not waits, (wall, cpu)  # (a busy machine may stretch any wall)
+
+
 @pytest.mark.slow(12)
 def test_make_ups_queued_for_a_consumer_that_leaves_are_made_for_one_that_lacks_them(
     loaders: Loaders, home: Home
@@ -740,7 +763,8 @@ def test_make_ups_queued_for_a_consumer_that_leaves_are_made_for_one_that_lacks_
     before they are made, they are its own to order: it once waited for ever for them (seen
     as a resumed loader hanging: the consumer its constructor made left as it resumed)."""
     size, batch = 96, 8  # 12 batches an epoch
-    settings: dict[str, Any] = {"size": size, "batch": batch, "cost_ms": 30.0}  # 0.24 s a batch
+    # 0.24 s a batch, slept (the producer is slow, not busy: it leaves the CPU to the suite)
+    settings: dict[str, Any] = {"size": size, "batch": batch, "wait_ms": 30.0}
 
     def loader(batch_size: int = batch) -> SharedLoader:
         return SharedLoader("syn", batch_size, with_ids=True, fallback=False, home=home.root)
@@ -1156,10 +1180,10 @@ def test_consumers_wait_for_a_producer_preparing_its_selection(
     loaders: Loaders, home: Home, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A selection's pre-pass reads every sample before the producer serves (here 100 samples
-    at 30 ms each): the producer says it is preparing, and a consumer that finds it so waits for
-    it instead of failing at once. It keeps 10 % of them: each sample served costs its 30 ms
-    again, and the pre-pass alone is the wait."""
-    loaders.serve(size=100, batch=10, cost_ms=30, selection="random-10", wait=False)
+    at 30 ms each, slept): the producer says it is preparing, and a consumer that finds it so
+    waits for it instead of failing at once. It keeps 10 % of them: each sample served costs its
+    30 ms again, and the pre-pass alone is the wait."""
+    loaders.serve(size=100, batch=10, wait_ms=30, selection="random-10", wait=False)
     wait_for(
         lambda: (read_info(home.loader_paths("syn")[2]) or {}).get("preparing"),
         30,
