@@ -176,18 +176,6 @@ def _groups_of(uid: int, gid: int) -> list[int]:
         return [gid]
 
 
-def login_identity(uid: int) -> Identity:
-    """A user's identity as a login gives it now (her primary group, and each group that lists
-    her); a uid the user database does not know: that uid, as its own group. Whom a process
-    started for a user runs as where nothing more is known of her (a tracking worker started
-    again after an engine restart, for a sweep's run)."""
-    try:
-        gid = pwd.getpwuid(uid).pw_gid
-    except KeyError:
-        return Identity.of(uid, uid, ())
-    return Identity.of(uid, gid, _groups_of(uid, gid))
-
-
 class OwnerGone(Exception):
     """A job's owner is not the user the system knows by her uid any more (`as_known_now`)."""
 

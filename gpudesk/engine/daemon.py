@@ -251,7 +251,7 @@ class Engine:
         )
         self.job_control = JobControl(store, Backends.of_engine(local, self.slurm))
         self.offloop = OffLoop(self._wake)
-        self.loaders.offload = self._offload_loader_work
+        self.loaders.offload = self.tracking.offload = self._offload_work
 
     def _parts(self, access: Access) -> EngineParts:
         """The collaborators the request handlers reach."""
@@ -451,12 +451,13 @@ class Engine:
     def check_mps(self) -> None:
         self.mps_watch.check(self.attempts.mps_gpus())
 
-    def _offload_loader_work(
+    def _offload_work(
         self, what: str, work: Callable[[], Any], done: Callable[[Any], None], bound_s: float
     ) -> None:
-        """The shared loaders' work that may wait, off the loop, counted against no user's
-        slow requests: asking them for their status (one that does not answer made the loop
-        wait up to a second each time), or the user database whom a producer runs as."""
+        """The services' work that may wait, off the loop, counted against no user's slow
+        requests: asking the shared loaders for their status (one that does not answer made
+        the loop wait up to a second each time), or the user database whom a producer or a
+        tracking worker runs as."""
 
         def settled(result: Any, error: BaseException | None) -> None:
             if error is not None:

@@ -39,18 +39,15 @@ from gpudesk.loader.orphan import ENV_ENGINE_PID
 from gpudesk.loader.protocol import LoaderError
 from gpudesk.loader.staging import ENV_STAGING
 from gpudesk.paths import Home, UnsafePath, check_station_dir, user_name
+from gpudesk.trust import OWNER_BOUND_S as OWNER_BOUND_S
+from gpudesk.trust import RunsAs as RunsAs
 from gpudesk.trust import engine_environment
 
 PRIVATE_MODE = 0o700
 SHARED_MODE = 0o2750  # setgid: the sockets and the info file get the station's group
 SHARED_SOCKET_MODE = 0o660  # connecting to a Unix socket needs write permission on it
 
-# How long asking the user database whom a station's producer runs as may take before its start
-# is given up (and tried again, as a failed start is): past nss-systemd's 45 s varlink timeout,
-# within the minute a job started with it waits for it (consumer.START_WAIT_S).
-OWNER_BOUND_S = 55.0
-RunsAs = tuple[Identity, dict[str, str]]  # whom a station's producer runs as, its environment
-Launch = RunsAs | str  # ... or why no one may run it
+Launch = RunsAs | str  # whom a station's producer runs as, its environment; or why no one
 
 
 # ----------------------------------------------------------------- the engine (root)

@@ -58,7 +58,7 @@ def _namespace_python(folder: Path, userdb: Path, python: str = sys.executable) 
 
 
 def _slow_nss_stations(
-    folder: Path, python: str = sys.executable
+    folder: Path, python: str = sys.executable, engine_env: dict[str, str] | None = None
 ) -> Iterator[tuple[Station, Path]]:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare(1): the engine gets a mount namespace of its own")
@@ -67,7 +67,8 @@ def _slow_nss_stations(
     userdb = folder / "userdb"
     userdb.mkdir()
     wrapper = _namespace_python(folder, userdb, python)
-    yield from ((station, userdb) for station in make_station(python=wrapper))
+    stations = make_station(python=wrapper, engine_env=engine_env)
+    yield from ((station, userdb) for station in stations)
 
 
 @pytest.fixture
@@ -82,7 +83,8 @@ def slow_nss_user_python_station(tmp_path: Path) -> Iterator[tuple[Station, Path
     from user_python import user_python_folder
 
     with user_python_folder() as python:
-        yield from _slow_nss_stations(tmp_path, python)
+        # a tracked job waits for its MLflow run a second at most: no store answers here
+        yield from _slow_nss_stations(tmp_path, python, {"GPUDESK_TRACKING_WAIT_S": "1"})
 
 
 def _as_root(station: Station, op: str, timeout: float, **args: object) -> dict:
@@ -349,3 +351,53 @@ def test_while_the_user_database_does_not_answer_a_shared_loaders_start_waits_al
         assert time.monotonic() < deadline, loader
         time.sleep(0.2)
     assert psutil.Process(loader["pid"]).uids().real == ada.uid, loader
+
+
+def _tracking_worker(uid: int) -> psutil.Process | None:
+    for process in psutil.process_iter(["cmdline", "uids"]):
+        uids = process.info["uids"]
+        if "gpudesk.tracking.worker" in (process.info["cmdline"] or []) and uids.real == uid:
+            return process
+    return None
+
+
+def test_while_the_user_database_does_not_answer_a_tracking_workers_start_waits_alone(
+    slow_nss_user_python_station: tuple[Station, Path],
+) -> None:
+    """A member's tracking worker runs as her, as the user database has her now, with her HOME
+    from it: asked on a worker thread (trust.known_environment), her run's updates queued for it
+    meanwhile, and started once the database answers (before: on the loop, as her job was
+    placed, every client waiting out the silent database with it)."""
+    station, userdb = slow_nss_user_python_station
+    ada = station.users["ada"]
+    tracking = {"mlflow_uri": "http://127.0.0.1:1/", "experiment": "slow"}  # no store answers
+    job = {"name": "tracked", "command": ["true"], "workdir": "/", "tracking": tracking}
+    job_id = station.submit("ada", job, hold=True)  # the database answers: stored with her name
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(userdb / "io.gdtest.Silent"))
+    silent.listen(16)
+    silent.settimeout(30)
+    asked: list[socket.socket] = []
+    try:
+        station.ok(None, "release", jobs=[job_id])  # root's: asks the database nothing of hers
+        asked.append(silent.accept()[0])  # her worker's start asks the silent one who she is
+        started = time.monotonic()
+        assert _as_root(station, "ping", timeout=5.0)["ok"]
+        status = _as_root(station, "status", timeout=5.0)
+        assert status["ok"], status
+        [store] = [s for s in status["result"]["tracking"] if s["uid"] == ada.uid]
+        assert store.get("error") is None and store["queued"], store  # her run waits for it
+        assert time.monotonic() - started < 5.0
+        assert _tracking_worker(ada.uid) is None
+    finally:
+        for conn in asked:
+            conn.close()
+        silent.close()
+        (userdb / "io.gdtest.Silent").unlink()
+    # the database answers again: her worker starts, as her; her job runs
+    deadline = time.monotonic() + 30
+    while (worker := _tracking_worker(ada.uid)) is None:
+        assert time.monotonic() < deadline, station.ok(None, "status")["tracking"]
+        time.sleep(0.2)
+    assert worker.uids().real == ada.uid
+    assert station.wait_state(job_id, "succeeded", "failed", timeout=60)["state"] == "succeeded"

@@ -30,6 +30,7 @@ import msgspec
 from gpudesk.core.datasets import VARIANT_SEPARATOR, DatasetSpec
 from gpudesk.core.identity import Identity
 from gpudesk.core.wire.station import LoaderStatus
+from gpudesk.engine.offloop import Offload
 from gpudesk.env_seconds import env_seconds
 from gpudesk.loader.protocol import (
     ENV_DATASET,
@@ -57,10 +58,6 @@ from gpudesk.spawn import SAFE_CWD
 log = logging.getLogger("gpudesk.engine")
 
 Statuses = list[dict[str, Any]]
-# Hands `work` that may wait (asking the producers for their status, or the user database whom
-# one runs as) to a worker thread, as `what`, and `done(result)` back to the loop, with None
-# when it failed or took too long (gpudesk.engine.offloop): (what, work, done, bound_s).
-Offload = Callable[[str, Callable[[], Any], Callable[[Any], None], float], None]
 
 STOP_GRACE_S = 10.0  # an unneeded producer is stopped after this long (a sweep's next job)
 ENV_GRACE_S = "GPUDESK_LOADER_GRACE_S"  # overrides it (tests; stations with slow sweeps)
