@@ -22,7 +22,7 @@ import os
 import pwd
 import shutil
 
-from gpudesk.core.identity import Identity
+from gpudesk.core.identity import Identity, OwnerGone, as_known_now
 
 # Opening what sits where a user can write: a leaf module (gpudesk.joblog, which the engine
 # imports, reads logs with it too), named here as the rule's other primitives are.
@@ -94,6 +94,26 @@ def engine_environment(owner: Identity | None, **extra: str) -> dict[str, str]:
         )
     env.update(extra)
     return env
+
+
+# How long asking the user database whom a process the engine starts for a user runs as (a
+# shared-loader producer, a tracking worker) may take before its start is given up, and tried
+# again as a failed start is: past nss-systemd's 45 s varlink timeout, within the minute a job
+# started with its producer waits for it (loader.consumer.START_WAIT_S).
+OWNER_BOUND_S = 55.0
+RunsAs = tuple[Identity, dict[str, str]]  # whom a process started for a user runs as, its env
+
+
+def known_environment(owner: Identity, **extra: str) -> RunsAs | str:
+    """`owner` as the user database has her now (`as_known_now`), and the environment of a
+    process started for her (`engine_environment`); or why none may be (she is not the user she
+    was). Both ask the database, which may take seconds or hang (LDAP down): an engine asks on
+    a worker thread, never its loop (a tracking worker's start)."""
+    try:
+        known = as_known_now(owner)
+    except OwnerGone as exc:
+        return str(exc)
+    return known, engine_environment(known, **extra)
 
 
 def site_path() -> str:

@@ -359,6 +359,7 @@ class EngineInProcess:
 
     def step(self) -> None:
         self.engine._steps()  # start, reap, settle: what the loop does each turn
+        self.engine.offloop.deliver()  # ... and the work done off it (a worker's owner asked)
 
     def close(self) -> None:
         self.engine.close()

@@ -61,7 +61,7 @@ def _recover_one(attempts: Attempts, attempt: AttemptRecord) -> str:
     gpus = tuple(int(i) for i in attempt.placement.get("gpus", ()))
     live = LiveAttempt(attempt, attempt.pid or 0, attempt.pid_started, slot, gpus)
     job = attempts.store.job(attempt.job_id)
-    live.owner_uid = job.owner.uid  # whose MPS clients, limits
+    live.owner = job.owner  # whose MPS clients, limits; her name, for wait reasons
     live.time_limit_s = job.spec.time_limit_s
     live.preemptible = job.spec.preemptible
     live.started_boot = boottime.start_in_this_boot(attempt.boot_id, attempt.started_boottime)

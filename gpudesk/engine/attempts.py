@@ -290,7 +290,7 @@ class Attempts:
             placement.slot,
             placement.gpus,
             is_child=True,
-            owner_uid=job.owner.uid,
+            owner=job.owner,
             time_limit_s=job.spec.time_limit_s,
             started_boot=started.at if started else None,
             preemptible=job.spec.preemptible,

@@ -46,10 +46,10 @@ from gpudesk.engine.home_keeper import HomeKeeper
 from gpudesk.engine.job_control import Backends, JobControl
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.logcap import LogCap
-from gpudesk.engine.offloop import Busy, OffLoop, Pending
+from gpudesk.engine.offloop import OffLoop, Pending
 from gpudesk.engine.requests import EngineParts, RequestHandlers
 from gpudesk.engine.scheduler import Scheduler
-from gpudesk.engine.services.loaders import CHECK_EVERY_S, LoaderSupervisor, Statuses
+from gpudesk.engine.services.loaders import CHECK_EVERY_S, LoaderSupervisor
 from gpudesk.engine.services.metrics.exporter import MetricsExporter
 from gpudesk.engine.services.tracking.tracker import Tracking
 from gpudesk.engine.startup import EXIT_BAD_HOME, home_config, open_store, stopped_on
@@ -76,10 +76,6 @@ from gpudesk.policy.queue import JobQueue
 
 log = logging.getLogger("gpudesk.engine")
 
-# Whose work the engine's own off-loop work counts as (gpudesk.engine.offloop bounds each uid's):
-# no user's, as no uid is negative.
-ENGINE_WORK_UID = -1
-LOADER_STATUS_WORK = "asking the shared loaders for their status"
 EXIT_STORE_REPLACED = 1  # a failure to systemd: its next engine opens the file put there
 RUNNING_PID = "running_engine_pid"  # the settings key of the pid of the engine that runs
 IDLE_POLL_S = 1.0
@@ -255,7 +251,7 @@ class Engine:
         )
         self.job_control = JobControl(store, Backends.of_engine(local, self.slurm))
         self.offloop = OffLoop(self._wake)
-        self.loaders.offload = self._offload_loader_status
+        self.loaders.offload = self.tracking.offload = self._offload_work
 
     def _parts(self, access: Access) -> EngineParts:
         """The collaborators the request handlers reach."""
@@ -455,25 +451,20 @@ class Engine:
     def check_mps(self) -> None:
         self.mps_watch.check(self.attempts.mps_gpus())
 
-    def _offload_loader_status(
-        self,
-        work: Callable[[], Statuses],
-        done: Callable[[Statuses | None], None],
-        bound_s: float,
+    def _offload_work(
+        self, what: str, work: Callable[[], Any], done: Callable[[Any], None], bound_s: float
     ) -> None:
-        """Asking the shared loaders for their status (the periodic ask, and a stopping
-        producer's final figures), off the loop: a producer that does not answer made the loop
-        wait up to a second each time."""
+        """The services' work that may wait, off the loop, counted against no user's slow
+        requests: asking the shared loaders for their status (one that does not answer made
+        the loop wait up to a second each time), or the user database whom a producer or a
+        tracking worker runs as."""
 
-        def settled(result: Statuses | None, error: BaseException | None) -> None:
+        def settled(result: Any, error: BaseException | None) -> None:
             if error is not None:
-                log.warning("asking the shared loaders for their status: %s", error)
+                log.warning("%s: %s", what, error)
             done(result if error is None else None)
 
-        try:
-            self.offloop.submit(ENGINE_WORK_UID, LOADER_STATUS_WORK, work, settled, bound_s)
-        except Busy:
-            done(None)
+        self.offloop.submit(None, what, work, settled, bound_s)  # uncounted: never Busy
 
     def check_loaders(self) -> None:
         """Start, restart and stop dataset producers as the jobs need them."""

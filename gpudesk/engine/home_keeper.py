@@ -47,7 +47,7 @@ class HomeKeeper:
         for live in self.attempts.live.values():
             folder = self.home.attempt_dir(live.attempt.job_id, live.attempt.number)
             if not folder.is_dir():  # where its wrapper writes the outcome
-                runner.prepare(folder, private=live.owner_uid not in (None, os.getuid()))
+                runner.prepare(folder, private=live.uid != os.getuid())
         self.control.keep_bound()
         lost = f"what this log and {len(self.attempts.live)} running job(s)' logs held is lost"
         log.error(

@@ -11,6 +11,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from gpudesk.core.identity import Identity
 from gpudesk.core.job_changes import UnsavedEnd
 from gpudesk.core.records import AttemptRecord
 from gpudesk.hw import boottime
@@ -38,7 +39,7 @@ class LiveAttempt:
     # that), and the end it is to be stored with, where the engine got that far.
     unsaved_why: str | None = None
     unsaved: UnsavedEnd | None = None
-    owner_uid: int | None = None  # its job's owner's uid (None: the engine's own user's)
+    owner: Identity | None = None  # its job's owner (None: the engine's own user)
     time_limit_s: float | None = None  # its job's time limit
     timed_out: bool = False  # its time limit passed and it was told to stop
     # When it started on this boot's CLOCK_BOOTTIME (hw/boottime.py), which its time limit
@@ -59,7 +60,7 @@ class LiveAttempt:
 
     @property
     def uid(self) -> int:
-        return os.getuid() if self.owner_uid is None else self.owner_uid
+        return os.getuid() if self.owner is None else self.owner.uid
 
     def clock(self, wall_now: float | None = None) -> float:
         """Now, on the clock its run is timed on: CLOCK_BOOTTIME where its start is known
@@ -108,6 +109,7 @@ class LiveAttempt:
             sm_pct=float(demand.get("sm_pct", 0.0)),
             peak_known=demand.get("source") == "history",
             uid=self.uid,
+            login=self.owner.login if self.owner else None,  # never asked of NSS on the loop
             remaining_s=remaining.seconds,
             measured_remaining_s=remaining.measured_s,
         )

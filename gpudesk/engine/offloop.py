@@ -52,6 +52,11 @@ WORKERS = 4
 PER_USER = 2
 
 
+# A service's (what, work, done, bound_s) for `submit`, counted against no user: done(None) where
+# `work` failed or took too long (the engine's `_offload_work`)
+Offload = Callable[[str, Callable[[], Any], Callable[[Any], None], float], None]
+
+
 class Busy(Exception):
     """The caller already has `PER_USER` pieces of work in flight."""
 

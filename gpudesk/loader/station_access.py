@@ -35,12 +35,19 @@ import time
 from pathlib import Path
 
 from gpudesk.core.identity import Identity, OwnerGone, as_known_now, login_identity, peer_caller
+from gpudesk.loader.orphan import ENV_ENGINE_PID
 from gpudesk.loader.protocol import LoaderError
+from gpudesk.loader.staging import ENV_STAGING
 from gpudesk.paths import Home, UnsafePath, check_station_dir, user_name
+from gpudesk.trust import OWNER_BOUND_S as OWNER_BOUND_S
+from gpudesk.trust import RunsAs as RunsAs
+from gpudesk.trust import engine_environment
 
 PRIVATE_MODE = 0o700
 SHARED_MODE = 0o2750  # setgid: the sockets and the info file get the station's group
 SHARED_SOCKET_MODE = 0o660  # connecting to a Unix socket needs write permission on it
+
+Launch = RunsAs | str  # whom a station's producer runs as, its environment; or why no one
 
 
 # ----------------------------------------------------------------- the engine (root)
@@ -70,6 +77,40 @@ def producer_identity(
         "a producer never runs as root, and no member's job has named it yet; declare an "
         'owner (owner = "USER" in its [datasets] table)'
     )
+
+
+def launch_as(
+    declared: str | None, first: Identity | None, folder_uid: int | None, extra: dict[str, str]
+) -> Launch:
+    """Whom a station's producer runs as (`producer_identity`) and its whole environment (her
+    HOME … from the password database: `trust.engine_environment`, with `extra`), or why no one
+    may run it. Each is asked of the user database, which may take seconds or hang (LDAP down):
+    the engine asks on a worker thread, never its loop."""
+    who = producer_identity(declared, first, folder_uid)
+    return who if isinstance(who, str) else (who, engine_environment(who, **extra))
+
+
+def producer_variables(home: Home, gpu: str | None) -> dict[str, str]:
+    """The engine's variables in a producer's environment: who started it (it stops once that
+    engine is gone and no job reads it: loader/orphan.py); the GPU it stages on (`gpu`, the
+    first job's, as its only visible device; None: not staging); a station's socket (no
+    GPUDESK_HOME: the state folder is root's, no home of the owner's), and the staging setting
+    of root's service, never hers."""
+    ours = {ENV_ENGINE_PID: str(os.getpid())}
+    ours |= {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
+    if home.system_socket is not None:
+        ours["GPUDESK_SOCKET"] = str(home.system_socket)
+        ours |= {ENV_STAGING: os.environ[ENV_STAGING]} if os.environ.get(ENV_STAGING) else {}
+    return ours
+
+
+def popen_as(home: Home, name: str, share: str, who: RunsAs) -> dict[str, object]:
+    """As root, on the engine's loop (quick: nothing asks the user database): the dataset's
+    folder made `who`'s (`prepare_folder`, with the station's group, the one root gave the
+    socket folder: `Home.ensure`), and how to start her producer (subprocess.Popen's keywords)."""
+    owner, env = who
+    prepare_folder(home, name, owner, os.lstat(home.socket_dir).st_gid, share)
+    return {"env": env, "user": owner.uid, "group": owner.gid, "extra_groups": list(owner.groups)}
 
 
 def folder_owner(home: Home, name: str) -> int | None:

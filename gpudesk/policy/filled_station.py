@@ -431,6 +431,7 @@ class FilledStation:
                     "membw_pct": demand.membw_pct,
                     "thread_pct": None,
                     "uid": job.owner.uid,
+                    "login": job.owner.login,
                     "remaining_s": None,
                     "measured_remaining_s": None,
                 },

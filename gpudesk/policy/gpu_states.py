@@ -74,6 +74,7 @@ class RunningAttempt:
     sm_pct: float
     peak_known: bool = False  # its demand was a peak measured by earlier runs
     uid: int | None = None  # its job's owner (an MPS server serves one uid at a time)
+    login: str | None = None  # her name, as stored with her job (Tenant.login)
     remaining_s: float | None = None  # its remaining time (None: unknown; policy/remaining.py)
     measured_remaining_s: float | None = None  # the engine's own figure (Remaining.measured_s)
 
@@ -103,6 +104,7 @@ def tenants_by_gpu(
                     attempt.sm_pct,
                     attempt.mig_slice,
                     uid=attempt.uid,
+                    login=attempt.login,
                     remaining_s=attempt.remaining_s,
                     measured_remaining_s=attempt.measured_remaining_s,
                 )

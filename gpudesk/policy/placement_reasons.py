@@ -5,7 +5,6 @@ serves another user, a job whose memory hint was taken as unknown.
 
 from __future__ import annotations
 
-from gpudesk.core.identity import user_name
 from gpudesk.policy.demand import Demand
 from gpudesk.policy.interference import Prediction
 from gpudesk.policy.policy import GpuState
@@ -71,8 +70,12 @@ def mps_serves_other(gpu: GpuState, uid: int | None) -> str:
     other = gpu.mps_uid
     if other is None or uid is None or other == uid:
         return ""
+    # her name as stored with her job (else her uid, as `user_name` says a nameless one), never
+    # asked of the user database: placement runs on the engine's loop, where a lookup (LDAP
+    # down) held every client
+    named = next((t.login for t in gpu.tenants if t.uid == other and t.login), None)
     return (
-        f"GPU {gpu.index}'s MPS server serves {user_name(other)}'s jobs; an MPS server serves "
+        f"GPU {gpu.index}'s MPS server serves {named or other}'s jobs; an MPS server serves "
         "one user at a time"
     )
 

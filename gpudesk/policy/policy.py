@@ -70,6 +70,9 @@ class Tenant:
     membw_pct: float | None = None  # DRAM bandwidth share alone (None: from its SM share)
     thread_pct: int | None = None  # its MPS active-thread cap, fixed when it started
     uid: int | None = None  # its owner: a GPU's MPS server serves one user at a time
+    # her name as stored with her job: a wait reason names her without asking the user
+    # database (NSS, which may hang) during placement
+    login: str | None = field(default=None, compare=False, repr=False)
     # how long it has left (None: unknown), from its progress else its family's history
     # (gpudesk.policy.remaining): which GPU drains first
     remaining_s: float | None = None

@@ -40,6 +40,8 @@ def loader_line(loader: LoaderView) -> Text:
         text.append(f", selection {spec.selection}")
     if not loader.running:
         text.append("  (stopped)", style="dim")
+    elif loader.starting:  # a station's: whom it runs as is being asked of the user database
+        text.append("  (starting)", style="dim")
     elif loader.status and loader.status.orphaned:
         text.append(f"  ({orphaned(loader.status.orphaned, time.time())})", style="yellow")
     if loader.saved_cpu_s is not None and loader.cpu_s is not None:

@@ -19,7 +19,7 @@ from gpudesk.core.jobs import JobSpec
 from gpudesk.engine.store.database import Store
 from gpudesk.paths import Home
 
-ADA = Identity.of_process()  # the engine's own user
+ADA = Identity.of_process().named()  # the engine's own user, named as a submit stores her
 
 
 @pytest.fixture

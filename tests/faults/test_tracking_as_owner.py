@@ -25,6 +25,7 @@ from conftest import EngineInProcess
 from local_users import LocalUser, local_accounts
 
 from gpudesk.core.identity import Caller, Identity
+from gpudesk.core.jobs import JobSpec
 from gpudesk.core.station import StationConfig
 from gpudesk.paths import Home
 from gpudesk.policy.access import Access
@@ -88,3 +89,22 @@ def test_a_users_tracking_worker_runs_as_that_user(ada: LocalUser) -> None:
     finally:
         station.close()
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_worker_with_no_job_at_hand_runs_as_her_newest_job_was_stored(tmp_path: Path) -> None:
+    """A worker started for a run that has no job at hand (a sweep's run after an engine
+    restart) runs as its owner as stored with her newest job: the engine's loop asks the user
+    database nothing (before: `login_identity`, her uid's groups asked there). The worker's
+    start checks her against the database off the loop (`trust.known_environment`)."""
+    ghost = Identity.of(61_013, 4_242, [77], "ghost")  # a uid no user has: nothing to look up
+    station = EngineInProcess(
+        Home(tmp_path / "home"), StationConfig(backend="none", slots=1), Access(os.getuid(), None)
+    )
+    try:
+        spec = JobSpec.from_dict({"name": "j", "command": ["true"], "workdir": "/"})
+        station.store.submit([spec], {}, owner=Identity.of(61_013, 61_013, [], "older"))
+        station.store.submit([spec], {}, owner=ghost)
+        owner = station.engine.tracking._owner(ghost.uid)
+        assert owner == ghost and owner is not None and owner.login == "ghost"
+    finally:
+        station.close()

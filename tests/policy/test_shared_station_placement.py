@@ -10,7 +10,8 @@ from dataclasses import replace
 from test_collocation import gpu, job, station, tenant
 
 from gpudesk.core.identity import Identity, user_name
-from gpudesk.core.records import JobRecord, UsageSpan
+from gpudesk.core.records import AttemptRecord, JobRecord, UsageSpan
+from gpudesk.engine.live_attempt import LiveAttempt
 from gpudesk.policy.carma import CarmaPolicy
 from gpudesk.policy.collocation import SharingPolicy
 from gpudesk.policy.fairshare import (
@@ -33,8 +34,10 @@ def owned(record: JobRecord, uid: int, priority: int = 0) -> JobRecord:
     )
 
 
-def mps_tenant(job_id: int, uid: int, memory_gb: float = 4, sm: float = 20) -> Tenant:
-    return replace(tenant(job_id, memory_gb, sm, "mps"), uid=uid)
+def mps_tenant(
+    job_id: int, uid: int, memory_gb: float = 4, sm: float = 20, login: str | None = None
+) -> Tenant:
+    return replace(tenant(job_id, memory_gb, sm, "mps"), uid=uid, login=login)
 
 
 def mps_owners(gpu_state: GpuState, placements: list, jobs: dict[int, JobRecord]) -> set[int]:
@@ -54,9 +57,25 @@ def test_another_users_job_time_slices_beside_an_mps_server_and_says_why() -> No
     (placed,) = SharingPolicy("auto").place([bobs], view).placements
     assert placed.gpus == (0,) and placed.mode == "naive"
     assert placed.reason.startswith(
-        f"time-sliced: GPU 0's MPS server serves {user_name(ADA)}'s jobs; an MPS server "
+        f"time-sliced: GPU 0's MPS server serves {ADA}'s jobs; an MPS server "
         "serves one user at a time; collocated on GPU 0 under naive"
     )
+
+
+def test_the_reason_names_the_mps_servers_user_as_stored_with_her_job() -> None:
+    """Placement runs on the engine's loop: the other user is named as her job was stored
+    (Tenant.login, from LiveAttempt's owner), never asked of the user database, which may hang
+    (before: `user_name(uid)`, which for uid 0 says "root")."""
+    view = station(gpu(0, mps_tenant(1, 0, login="stored-name")))
+    (placed,) = SharingPolicy("auto").place([owned(job(2, 4, 20), BOB)], view).placements
+    assert "GPU 0's MPS server serves stored-name's jobs" in placed.reason, placed.reason
+    assert user_name(0) not in placed.reason
+    attempt = AttemptRecord(
+        1, 1, 1, "running", {"mode": "mps"}, "/", 1, None, 0.0, None, None, None, None
+    )
+    live = LiveAttempt(attempt, pid=1, start_time=None, slot="gpu:0", gpus=(0,))
+    live.owner = Identity.of(0, 0, [], "stored-name")
+    assert (live.running().uid, live.running().login) == (0, "stored-name")
 
 
 def test_the_same_users_job_still_joins_the_mps_server() -> None:
@@ -101,7 +120,7 @@ def test_isolation_keeps_another_user_off_the_gpu_and_the_wait_says_whose_server
     bobs = owned(job(2, 4, 20), BOB)
     assert SharingPolicy("auto").place([bobs], isolated).placements == []
     text = SharingPolicy("auto").explain_wait(bobs, [bobs], isolated)
-    assert f"MPS server serves {user_name(ADA)}'s jobs" in text
+    assert f"MPS server serves {ADA}'s jobs" in text
 
 
 # ------------------------------------------------------------------ fair share

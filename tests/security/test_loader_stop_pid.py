@@ -54,7 +54,7 @@ def adopted(home: Home, process: subprocess.Popen[bytes]) -> LoaderSupervisor:
     assert supervisor.producers[SPEC.name].pid == process.pid
 
     def at_once(
-        _: Callable[[], Statuses], done: Callable[[Statuses | None], None], __: float
+        _: str, __: Callable[[], Statuses], done: Callable[[Statuses | None], None], ___: float
     ) -> None:
         done(None)  # the producer did not answer
 

@@ -225,16 +225,16 @@ def test_a_replys_text_is_cut_and_its_control_characters_spelled_out() -> None:
 
 
 def test_the_pipe_reader_holds_no_more_than_a_reply_and_drops_an_overlong_line() -> None:
-    sidecar = Sidecar(12345, None, "/dev/null", lambda restart: None)
+    inbox = Sidecar(12345, None, "/dev/null", lambda restart: None).inbox
     good = messages.encode(messages.Acked("k"))
     # an overlong line, in pieces, whose tail would parse as a reply: dropped to its end
-    assert sidecar._take(b"x" * (messages.MAX_REPLY_BYTES + 10)) == []
-    assert len(sidecar.buffer) == 0 and sidecar.discarding
-    assert sidecar._take(b"y" * 100_000) == [] and len(sidecar.buffer) == 0
-    assert sidecar._take(b'{"kind":"acked","key":"tail"}\n' + good) == [messages.Acked("k")]
-    assert not sidecar.discarding
+    assert inbox.take(b"x" * (messages.MAX_REPLY_BYTES + 10)) == []
+    assert len(inbox.buffer) == 0 and inbox.discarding
+    assert inbox.take(b"y" * 100_000) == [] and len(inbox.buffer) == 0
+    assert inbox.take(b'{"kind":"acked","key":"tail"}\n' + good) == [messages.Acked("k")]
+    assert not inbox.discarding
     # a reply split over reads is whole once its end comes
-    assert sidecar._take(good[:5]) == [] and sidecar._take(good[5:]) == [messages.Acked("k")]
+    assert inbox.take(good[:5]) == [] and inbox.take(good[5:]) == [messages.Acked("k")]
 
 
 def test_complaints_are_logged_once_per_interval_with_a_count(

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from raw_client import read_reply, request_frame
 from station_fixture import SYSTEM_PYTHON, Station, make_station
@@ -34,9 +35,9 @@ pytestmark = pytest.mark.xdist_group("test_slow_user_database")
 NAME_BOUND_S = 10.0  # engine/requests/submission.py's
 
 
-def _namespace_python(folder: Path, userdb: Path) -> str:
-    """A wrapper that runs this Python in a private mount namespace where user and group lookups
-    ask nss-systemd first, and nss-systemd's userdb folder is `userdb`."""
+def _namespace_python(folder: Path, userdb: Path, python: str = sys.executable) -> str:
+    """A wrapper that runs `python` (this one) in a private mount namespace where user and group
+    lookups ask nss-systemd first, and nss-systemd's userdb folder is `userdb`."""
     lines = Path("/etc/nsswitch.conf").read_text().splitlines()
     nss = folder / "nsswitch.conf"
     others = [line for line in lines if not line.startswith(("passwd:", "group:"))]
@@ -50,23 +51,40 @@ def _namespace_python(folder: Path, userdb: Path) -> str:
     wrapper.write_text(
         "#!/bin/sh\n"
         f"exec unshare -m --propagation private sh -c '{mounts}' sh {userdb} {nss} "
-        f'{sys.executable} "$@"\n'
+        f'{python} "$@"\n'
     )
     wrapper.chmod(0o700)
     return str(wrapper)
 
 
-@pytest.fixture
-def slow_nss_station(tmp_path: Path) -> Iterator[tuple[Station, Path]]:
+def _slow_nss_stations(
+    folder: Path, python: str = sys.executable, engine_env: dict[str, str] | None = None
+) -> Iterator[tuple[Station, Path]]:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare(1): the engine gets a mount namespace of its own")
     if not os.path.isdir("/run/systemd") or not glob.glob("/usr/lib/*/libnss_systemd.so.2"):
         pytest.skip("needs nss-systemd (libnss_systemd.so.2) and /run/systemd to mount over")
-    userdb = tmp_path / "userdb"
+    userdb = folder / "userdb"
     userdb.mkdir()
-    yield from (
-        (station, userdb) for station in make_station(python=_namespace_python(tmp_path, userdb))
-    )
+    wrapper = _namespace_python(folder, userdb, python)
+    stations = make_station(python=wrapper, engine_env=engine_env)
+    yield from ((station, userdb) for station in stations)
+
+
+@pytest.fixture
+def slow_nss_station(tmp_path: Path) -> Iterator[tuple[Station, Path]]:
+    yield from _slow_nss_stations(tmp_path)
+
+
+@pytest.fixture
+def slow_nss_user_python_station(tmp_path: Path) -> Iterator[tuple[Station, Path]]:
+    """A slow_nss_station whose engine runs a Python the users may run (tests/security/
+    user_python.py): the producers and tracking workers it starts run as members."""
+    from user_python import user_python_folder
+
+    with user_python_folder() as python:
+        # a tracked job waits for its MLflow run a second at most: no store answers here
+        yield from _slow_nss_stations(tmp_path, python, {"GPUDESK_TRACKING_WAIT_S": "1"})
 
 
 def _as_root(station: Station, op: str, timeout: float, **args: object) -> dict:
@@ -286,3 +304,102 @@ def test_while_the_user_database_does_not_answer_a_members_job_starts_without_th
     assert station.wait_state(job_id, "succeeded", "failed", timeout=60)["state"] == "succeeded"
     said = station.ok(None, "log", job=job_id)
     assert base64.b64decode(said["data"]).decode().split() == [ada.name]
+
+
+def _loader(station: Station, name: str) -> dict:
+    [loader] = [v for v in station.ok(None, "status")["loaders"] if v["name"] == name]
+    return loader  # type: ignore[no-any-return]
+
+
+def test_while_the_user_database_does_not_answer_a_shared_loaders_start_waits_alone(
+    slow_nss_user_python_station: tuple[Station, Path],
+) -> None:
+    """A station's producer runs as its dataset's owner, as the user database has her now, with
+    her HOME from it: asked on a worker thread (loaders.launch_as), the producer shown as
+    starting, and started once it answers (before: on the loop, at the start of the job that
+    needed it, every client waiting out the silent database with it). Her job, started with
+    it, waits for it as for any producer coming up."""
+    station, userdb = slow_nss_user_python_station
+    ada, name = station.users["ada"], "slowowner"
+    dataset = {"name": name, "factory": "gpudesk.workloads.synthetic:make_dataset"}
+    dataset |= {"args": {"size": 16, "shape": [4]}, "batch_size": 8, "workers": 0, "slots": 4}
+    station.ok(None, "datasets", datasets=[dataset])
+    job = {"name": "reads", "command": ["true"], "workdir": "/", "dataset": name}
+    job_id = station.submit("ada", job, hold=True)  # the database answers: stored with her name
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(userdb / "io.gdtest.Silent"))
+    silent.listen(16)
+    silent.settimeout(30)
+    asked: list[socket.socket] = []
+    try:
+        station.ok(None, "release", jobs=[job_id])  # root's: asks the database nothing of hers
+        asked.append(silent.accept()[0])  # her producer's start (and her job's) asks the silent one
+        started = time.monotonic()
+        assert _as_root(station, "ping", timeout=5.0)["ok"]
+        status = _as_root(station, "status", timeout=5.0)
+        assert status["ok"], status
+        [loader] = [v for v in status["result"]["loaders"] if v["name"] == name]
+        assert loader["starting"] and loader["pid"] is None, loader
+        assert time.monotonic() - started < 5.0
+    finally:
+        for conn in asked:
+            conn.close()
+        silent.close()
+        (userdb / "io.gdtest.Silent").unlink()
+    # the database answers again: the producer starts, as her; her job ran
+    assert station.wait_state(job_id, "succeeded", "failed", timeout=60)["state"] == "succeeded"
+    deadline = time.monotonic() + 30
+    while (loader := _loader(station, name))["pid"] is None or loader.get("starting"):
+        assert time.monotonic() < deadline, loader
+        time.sleep(0.2)
+    assert psutil.Process(loader["pid"]).uids().real == ada.uid, loader
+
+
+def _tracking_worker(uid: int) -> psutil.Process | None:
+    for process in psutil.process_iter(["cmdline", "uids"]):
+        uids = process.info["uids"]
+        if "gpudesk.tracking.worker" in (process.info["cmdline"] or []) and uids.real == uid:
+            return process
+    return None
+
+
+def test_while_the_user_database_does_not_answer_a_tracking_workers_start_waits_alone(
+    slow_nss_user_python_station: tuple[Station, Path],
+) -> None:
+    """A member's tracking worker runs as her, as the user database has her now, with her HOME
+    from it: asked on a worker thread (trust.known_environment), her run's updates queued for it
+    meanwhile, and started once the database answers (before: on the loop, as her job was
+    placed, every client waiting out the silent database with it)."""
+    station, userdb = slow_nss_user_python_station
+    ada = station.users["ada"]
+    tracking = {"mlflow_uri": "http://127.0.0.1:1/", "experiment": "slow"}  # no store answers
+    job = {"name": "tracked", "command": ["true"], "workdir": "/", "tracking": tracking}
+    job_id = station.submit("ada", job, hold=True)  # the database answers: stored with her name
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(userdb / "io.gdtest.Silent"))
+    silent.listen(16)
+    silent.settimeout(30)
+    asked: list[socket.socket] = []
+    try:
+        station.ok(None, "release", jobs=[job_id])  # root's: asks the database nothing of hers
+        asked.append(silent.accept()[0])  # her worker's start asks the silent one who she is
+        started = time.monotonic()
+        assert _as_root(station, "ping", timeout=5.0)["ok"]
+        status = _as_root(station, "status", timeout=5.0)
+        assert status["ok"], status
+        [store] = [s for s in status["result"]["tracking"] if s["uid"] == ada.uid]
+        assert store.get("error") is None and store["queued"], store  # her run waits for it
+        assert time.monotonic() - started < 5.0
+        assert _tracking_worker(ada.uid) is None
+    finally:
+        for conn in asked:
+            conn.close()
+        silent.close()
+        (userdb / "io.gdtest.Silent").unlink()
+    # the database answers again: her worker starts, as her; her job runs
+    deadline = time.monotonic() + 30
+    while (worker := _tracking_worker(ada.uid)) is None:
+        assert time.monotonic() < deadline, station.ok(None, "status")["tracking"]
+        time.sleep(0.2)
+    assert worker.uids().real == ada.uid
+    assert station.wait_state(job_id, "succeeded", "failed", timeout=60)["state"] == "succeeded"

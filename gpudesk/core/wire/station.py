@@ -223,6 +223,8 @@ class LoaderView(WireModel, frozen=True):
     unshared_cpu_s: float | None
     saved_cpu_s: float | None
     status: LoaderStatus | None
+    # a station's producer whose owner is being asked of the user database (not yet started)
+    starting: bool = False
 
 
 class UserShare(WireModel, frozen=True):

@@ -22,16 +22,16 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import msgspec
 
-from gpudesk import trust
 from gpudesk.core.datasets import VARIANT_SEPARATOR, DatasetSpec
 from gpudesk.core.identity import Identity
 from gpudesk.core.wire.station import LoaderStatus
+from gpudesk.engine.offloop import Offload
 from gpudesk.env_seconds import env_seconds
-from gpudesk.loader.orphan import ENV_ENGINE_PID
 from gpudesk.loader.protocol import (
     ENV_DATASET,
     ENV_RESUME_S,
@@ -41,12 +41,15 @@ from gpudesk.loader.protocol import (
     process_alive,
     read_info,
 )
-from gpudesk.loader.staging import ENV_STAGING
 from gpudesk.loader.station_access import (
+    OWNER_BOUND_S,
+    Launch,
+    RunsAs,
     believed_pid,
     folder_owner,
-    prepare_folder,
-    producer_identity,
+    launch_as,
+    popen_as,
+    producer_variables,
 )
 from gpudesk.loader.status import cpu_saving
 from gpudesk.paths import Home, UnsafePath, open_state_file
@@ -55,13 +58,11 @@ from gpudesk.spawn import SAFE_CWD
 log = logging.getLogger("gpudesk.engine")
 
 Statuses = list[dict[str, Any]]
-# Hands `work` (asking the producers for their status) to a worker thread and `done(result)`
-# back to the loop, with None when it failed or took too long (gpudesk.engine.offloop).
-Offload = Callable[[Callable[[], Statuses], Callable[[Statuses | None], None], float], None]
 
 STOP_GRACE_S = 10.0  # an unneeded producer is stopped after this long (a sweep's next job)
 ENV_GRACE_S = "GPUDESK_LOADER_GRACE_S"  # overrides it (tests; stations with slow sweeps)
 STATUS_EVERY_S = 2.0
+STATUS_WORK = "asking the shared loaders for their status"
 RESTART_LIMIT = 5  # restarts in a row without a consumer connecting: then give up
 RESUME_S = 30  # how long a managed job's consumer waits for its producer to come back
 CHECK_EVERY_S = 0.5  # how often the engine has producers checked (restarted, stopped)
@@ -92,6 +93,7 @@ class _Producer:
     kill_at: float | None = None  # stopping: told to (SIGTERM); killed if still there then
     # whom it runs as on a system engine (station_access.producer_identity); None: the engine
     owner: Identity | None = None
+    starting: bool = False  # a station's: whom it runs as is being asked, off the loop
 
 
 class LoaderSupervisor:
@@ -189,6 +191,8 @@ class LoaderSupervisor:
             return False
         if producer.spec.name in self.stopping:
             return False  # the info file is the old producer's, which is on its way out
+        if producer.starting:
+            return True  # its jobs wait for it (consumer.START_WAIT_S), as for one starting
         info = self._info(producer.spec.name)
         if info is not None and process_alive(int(info.get("pid", 0)), info.get("create_time")):
             producer.pid, producer.create_time = int(info["pid"]), info.get("create_time")
@@ -211,42 +215,63 @@ class LoaderSupervisor:
         self._start(producer)
 
     def _start(self, producer: _Producer) -> None:
-        if producer.spec.name in self.stopping:
-            return  # its predecessor still holds the socket: `_reap_stopping` starts it after
+        if producer.spec.name in self.stopping or producer.starting:
+            return  # its predecessor holds the socket (`_reap_stopping` starts it after)
         if self._failed_for_good(producer):
             return  # it would fail again: its consumers read why in its info file
-        # Its consumers stop waiting when they find a failure there: not a predecessor's.
-        clear_failure(self.home.loader_paths(producer.spec.name)[2])
-        path = self.home.loader_log(producer.spec.name)
-        try:
-            self.home.private_subdir(path.parent)
-            out = open_state_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        except UnsafePath as exc:
-            producer.process, producer.pid = None, None
-            self.events.append(f"shared loader {producer.spec.name!r} not started: {exc}")
-            return
-        try:
-            why = self._launch(producer, out)
-        finally:
-            os.close(out)
+        home, spec = self.home, producer.spec
+        ours = producer_variables(home, producer.gpu if staged_on_gpu(producer) else None)
+        if home.system_socket is None:
+            return self._spawn(producer, {**os.environ, "GPUDESK_HOME": str(home.root), **ours})
+        ask = partial(launch_as, spec.owner, producer.owner, folder_owner(home, spec.name), ours)
+        if self.offload is None:  # a supervisor built alone: in place
+            return self._spawn(producer, ask())
+        # A station's: whom it runs as, and her HOME, are asked of the user database (LDAP may
+        # hang) on a worker thread, the loop going on meanwhile; it starts once they are known.
+        producer.starting = True
+        done = partial(self._asked_owner, producer)
+        self.offload(f"asking whom {spec.name!r} runs as", ask, done, OWNER_BOUND_S)
+
+    def _asked_owner(self, producer: _Producer, who: Launch | None) -> None:
+        """On the loop: start the producer as `launch_as` said, unless it was stopped meanwhile."""
+        producer.starting = False
+        late = f"asking the user database whom it runs as took longer than {OWNER_BOUND_S:g} s"
+        if self.producers.get(producer.spec.name) is producer:
+            self._spawn(producer, who or late)
+
+    def _spawn(self, producer: _Producer, who: Launch | dict[str, str]) -> None:
+        """Start the producer's process: a personal engine's as itself (`who`: its environment);
+        a station's as `who` says (`launch_as`: whom, with what environment; or why not)."""
+        name, why = producer.spec.name, who if isinstance(who, str) else None
+        if not isinstance(who, str):
+            # Its consumers stop waiting when they find a failure there: not a predecessor's.
+            clear_failure(self.home.loader_paths(name)[2])
+            path = self.home.loader_log(name)
+            try:
+                self.home.private_subdir(path.parent)
+                out = open_state_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            except UnsafePath as exc:
+                why = str(exc)
+            else:
+                try:
+                    why = self._launch(producer, out, who)
+                finally:
+                    os.close(out)
         if why is not None:
             producer.process, producer.pid = None, None
-            self.events.append(f"shared loader {producer.spec.name!r} not started: {why}")
+            self.events.append(f"shared loader {name!r} not started: {why}")
             return
         assert producer.process is not None
         producer.pid, producer.create_time = producer.process.pid, None
+        spec = producer.spec
         self.events.append(
-            f"shared loader {producer.spec.name!r} started (pid "
-            f"{producer.pid}): {producer.spec.factory}, batches of "
-            f"{producer.spec.batch_size}, {producer.spec.workers} workers"
+            f"shared loader {name!r} started (pid {producer.pid}): {spec.factory}, batches of "
+            f"{spec.batch_size}, {spec.workers} workers"
         )
 
-    def _launch(self, producer: _Producer, out: int) -> str | None:
+    def _launch(self, producer: _Producer, out: int, who: RunsAs | dict[str, str]) -> str | None:
         """Start the producer's process, logging to `out`; None, or why it was not started."""
         try:
-            as_owner = self._as_owner(producer)
-            if isinstance(as_owner, str):
-                return as_owner
             producer.process = subprocess.Popen(
                 producer.spec.argv(),
                 stdin=subprocess.DEVNULL,
@@ -254,7 +279,7 @@ class LoaderSupervisor:
                 stderr=out,
                 cwd=SAFE_CWD,
                 start_new_session=True,
-                **as_owner,
+                **self._as_owner(producer, who),
             )
         except (OSError, UnsafePath) as exc:
             if producer.owner is None or not self.home.is_system:
@@ -266,36 +291,13 @@ class LoaderSupervisor:
             )
         return None
 
-    def _as_owner(self, producer: _Producer) -> dict[str, Any] | str:
-        """How to start the producer: a personal engine's as itself, with its environment; a
-        system engine's as the dataset's owner (never root), with an environment the engine
-        built, in a folder of that owner's (loader/station_access.py). A string: why not."""
-        home = self.home
-        # Staging on a GPU: the first job's, as the producer's only visible device; and who
-        # started it: it stops once this engine is gone and no job reads it (loader/orphan.py)
-        ours = {ENV_ENGINE_PID: str(os.getpid())}
-        ours |= {"CUDA_VISIBLE_DEVICES": producer.gpu or ""} if staged_on_gpu(producer) else {}
-        if home.system_socket is None:
-            return {"env": {**os.environ, "GPUDESK_HOME": str(home.root), **ours}}
-        spec = producer.spec
-        who = producer_identity(spec.owner, producer.owner, folder_owner(home, spec.name))
-        if isinstance(who, str):
-            return who
-        producer.owner = who
-        # the station's group: the one root gave the socket folder (`Home.ensure`)
-        group = os.lstat(home.socket_dir).st_gid
-        prepare_folder(home, spec.name, who, group, spec.share)
-        # no GPUDESK_HOME: the state folder is root's, no home of the owner's (her selection
-        # cache is in hers: SelectionCache.used_with)
-        extra = {"GPUDESK_SOCKET": str(home.system_socket), **ours}
-        if os.environ.get(ENV_STAGING):  # the engine's own setting (root's service), not hers
-            extra[ENV_STAGING] = os.environ[ENV_STAGING]
-        return {
-            "env": trust.engine_environment(who, **extra),
-            "user": who.uid,
-            "group": who.gid,
-            "extra_groups": list(who.groups),
-        }
+    def _as_owner(self, producer: _Producer, who: RunsAs | dict[str, str]) -> dict[str, Any]:
+        """How to start the producer: a personal engine's as itself (`who`: its environment); a
+        station's as `who[0]`, its dataset's owner (`launch_as`), in a folder of hers."""
+        if isinstance(who, dict):
+            return {"env": who}
+        producer.owner = who[0]
+        return popen_as(self.home, producer.spec.name, producer.spec.share, who)
 
     def supervise(
         self, running: set[str], queued: Callable[[], Iterable[tuple[str | None, str | None]]]
@@ -366,7 +368,7 @@ class LoaderSupervisor:
                 self.refresh_status()
             elif not self._asking:
                 self._asking = True
-                self.offload(self.ask_status(), self._asked, self.status_bound_s())
+                self.offload(STATUS_WORK, self.ask_status(), self._asked, self.status_bound_s())
 
     def _failed_for_good(self, producer: _Producer) -> bool:
         """Whether this dataset's producer, not running now, failed for good (noting it, with
@@ -480,7 +482,7 @@ class LoaderSupervisor:
             producer.kill_at = time.monotonic() + STOP_WAIT_S
             self.events.append(f"shared loader {name!r} stopped: {why}")
 
-        self.offload(ask, asked, self.status_bound_s() + 1.0)
+        self.offload(STATUS_WORK, ask, asked, self.status_bound_s() + 1.0)
 
     def _reap_stopping(self, now: float) -> None:
         """Forget the stopping producers that are gone (starting a successor a job needs by
@@ -531,6 +533,7 @@ class LoaderSupervisor:
                     "pid": producer.pid,
                     "spec": producer.spec.to_dict(),
                     "running": name in self.producers,
+                    "starting": producer.starting,
                     "restarts": producer.restarts,
                     **cpu_saving(status),
                     "status": status or None,

@@ -6,13 +6,14 @@ Why a process per owner: a tracking URI is the user's (sqlite:////home/alice/mlr
 whatever writes to it must have that user's rights, never root's; and mlflow's import (seconds
 holding the GIL) and a slow store must never stall the engine's loop.
 
-What the engine gives a worker of another user: her identity (uid, groups) set before the exec,
-an environment it built (`trust.engine_environment`: nothing from her requests, nothing of
-root's), `/` as its folder, and the ops of her own runs only (`tracker`). What it takes back is
-hers to forge: lines of at most `messages.MAX_REPLY_BYTES`, each decoded as untrusted input
-(`messages.decode_reply`); what they may change is the tracker's to check. Its stderr is a log
-in root's state folder that she can write as much as she likes to: the engine empties it once
-it passes LOG_MAX_BYTES (`_cap_log`), so her worker cannot fill the station's disk.
+What the engine gives a worker of another user: her identity (uid, groups) as the user database
+has her now, set before the exec, an environment it built (`trust.known_environment`: nothing
+from her requests, nothing of root's; both asked off the loop), `/` as its folder, and the ops
+of her own runs only (`tracker`). What it takes back is hers to forge: lines of at most
+`messages.MAX_REPLY_BYTES`, each decoded as untrusted input (`messages.decode_reply`); what they
+may change is the tracker's to check. Its stderr is a log in root's state folder that she can
+write as much as she likes to: the engine empties it once it passes LOG_MAX_BYTES (`_cap_log`),
+so her worker cannot fill the station's disk.
 """
 
 from __future__ import annotations
@@ -27,15 +28,18 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from gpudesk import trust
-from gpudesk.core.identity import Identity, OwnerGone, as_known_now
+from gpudesk.core.identity import Identity, OwnerGone
+from gpudesk.engine.offloop import Offload
 from gpudesk.engine.services.tracking.replies import Complaints
 from gpudesk.paths import UnsafePath, open_state_file
 from gpudesk.spawn import SAFE_CWD, module_argv
 from gpudesk.tracking import messages
+from gpudesk.tracking.inbox import Inbox
 from gpudesk.tracking.outbox import Outbox
+from gpudesk.trust import OWNER_BOUND_S, RunsAs, known_environment
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -74,21 +78,26 @@ class Sidecar:
     system engine's own jobs)."""
 
     def __init__(
-        self, uid: int, owner: Identity | None, log_path: str, on_start: Callable[[bool], None]
+        self,
+        uid: int,
+        owner: Identity | None,
+        log_path: str,
+        on_start: Callable[[bool], None],
+        offload: Offload | None = None,  # the engine's (a sidecar built alone asks in place)
     ) -> None:
         self.uid = uid
         self.owner = owner
+        self.offload = offload
         self.log_path = log_path
         # What the tracker sends a new worker first; told whether it replaces one (a restart).
         self.on_start = on_start
         self.started_before = False
         self.outbox = Outbox()
         self.process: subprocess.Popen[bytes] | None = None
-        self.buffer = b""
-        self.discarding = False  # within an overlong line: dropped up to its end
         # Its replies not believed (unreadable, or not its to give: the tracker's checks), said
         # in the log now and then: one voice per worker, however many reasons.
         self.complaints = Complaints(uid)
+        self.inbox = Inbox(self.complaints.dropped)  # its replies, read as they come
         self.log_checked_at = 0.0
         self.log_emptied = 0  # times its log was emptied for its size (said the first time)
         self.starts: deque[float] = deque()
@@ -117,11 +126,27 @@ class Sidecar:
             )
             return
         self.starts.append(now)
+        if self.owner is None or self.offload is None:
+            self._started(known_environment(self.owner, **WORKER_ENV) if self.owner else None)
+            return
+        # whom it runs as, asked of the user database off the loop; started on its answer
+        self.next_start = now + OWNER_BOUND_S  # meanwhile, not started again
+        ask, done = partial(known_environment, self.owner, **WORKER_ENV), self._asked
+        self.offload(f"asking whom uid {self.uid}'s worker runs as", ask, done, OWNER_BOUND_S)
+
+    def _asked(self, who: RunsAs | str | None) -> None:
+        self._started(who or f"asking the user database took longer than {OWNER_BOUND_S:g} s")
+
+    def _started(self, who: RunsAs | str | None) -> None:
+        """Start the worker as `who` says: whom, with what environment (None: the engine's own
+        user), or why not."""
         try:
-            self._start()
+            if isinstance(who, str):
+                raise OwnerGone(who)
+            self._start(who)
         except (OSError, UnsafePath, OwnerGone) as exc:
             self.process = None
-            self.next_start = now + RESTART_DELAY_S
+            self.next_start = time.monotonic() + RESTART_DELAY_S
             self.state.problem = f"the tracking worker could not be started: {exc}"
             if self.owner is not None and not isinstance(exc, OwnerGone):
                 self.state.problem += (
@@ -135,12 +160,10 @@ class Sidecar:
         restart, self.started_before = self.started_before, True
         self.on_start(restart)
 
-    def _start(self) -> None:
+    def _start(self, who: RunsAs | None) -> None:
+        owner, env = who if who is not None else (None, {**os.environ, **WORKER_ENV})
         out = open_state_file(Path(self.log_path), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
-            # as the system knows its owner now: a deleted user's uid is not hers, her groups
-            # only those she still holds (the check every process started for her passes)
-            owner = as_known_now(self.owner) if self.owner is not None else None
             self.process = subprocess.Popen(
                 module_argv(WORKER_MODULE),
                 stdin=subprocess.PIPE,
@@ -148,7 +171,7 @@ class Sidecar:
                 stderr=out,
                 cwd=SAFE_CWD,
                 start_new_session=True,  # a Ctrl-C meant for the engine is not the worker's
-                env=self._env(),
+                env=env,
                 # the owner's, on a system engine (a job of another user); else the engine's
                 user=owner.uid if owner else None,
                 group=owner.gid if owner else None,
@@ -160,19 +183,11 @@ class Sidecar:
         for stream in (self.process.stdin, self.process.stdout):
             flags = fcntl.fcntl(stream.fileno(), fcntl.F_GETFL)
             fcntl.fcntl(stream.fileno(), fcntl.F_SETFL, flags | os.O_NONBLOCK)
-        self.buffer = b""
-        self.discarding = False
+        self.inbox = Inbox(self.complaints.dropped)
         self.outbox.restart()
         self.state.pid = self.process.pid
         self.state.restarts = len(self.starts) - 1
         log.info("tracking worker for uid %d started (pid %d)", self.uid, self.process.pid)
-
-    def _env(self) -> dict[str, str]:
-        if self.owner is None:  # the engine's own user: its own environment (its credentials)
-            return {**os.environ, **WORKER_ENV}
-        # Neither root's environment nor anything from her requests: one the engine built,
-        # with her HOME and names from the password database, as a login would give them.
-        return trust.engine_environment(self.owner, **WORKER_ENV)
 
     def _lost(self) -> None:
         process = self.process
@@ -275,27 +290,5 @@ class Sidecar:
                 break
             if not chunk:
                 break
-            replies += self._take(chunk)
-        return replies
-
-    def _take(self, chunk: bytes) -> list[messages.Reply]:
-        """The replies the lines completed by `chunk` hold. Never more than one reply's worth
-        is held: a line longer than MAX_REPLY_BYTES is dropped to its end, as it comes."""
-        *lines, rest = (self.buffer + chunk).split(b"\n")
-        if self.discarding and lines:  # the end of an overlong line
-            lines.pop(0)
-            self.discarding = False
-        if self.discarding or len(rest) > messages.MAX_REPLY_BYTES:
-            if not self.discarding:
-                self.complaints.dropped("a line longer than any reply")
-            self.discarding, rest = True, b""
-        self.buffer = rest
-        replies: list[messages.Reply] = []
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                replies.append(messages.decode_reply(line))
-            except messages.BadMessage as exc:
-                self.complaints.dropped(f"an unreadable reply: {exc}")
+            replies += self.inbox.take(chunk)
         return replies

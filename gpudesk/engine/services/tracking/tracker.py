@@ -31,11 +31,12 @@ import time
 from collections.abc import Callable, Mapping
 
 from gpudesk import diskspace, joblog
-from gpudesk.core.identity import Identity, login_identity
+from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import JobRunView
 from gpudesk.core.wire.station import TrackingHealth
+from gpudesk.engine.offloop import Offload
 from gpudesk.engine.services.tracking.runs import TrackedRun, run_wait_s
 from gpudesk.engine.services.tracking.sidecar import Sidecar
 from gpudesk.engine.services.tracking.store_health import TRACKING_EVENT, SeesSecrets, StoreHealths
@@ -80,6 +81,7 @@ class Tracking:
         self.rollups = Rollups()  # each open sweep's best child (`rollup`)
         self.healths = StoreHealths(store)  # each owner's stores, as her worker finds them
         self.run_wait_s = run_wait_s()
+        self.offload: Offload | None = None  # the engine's: a worker's owner asked off the loop
 
     @property
     def station(self) -> str:
@@ -97,6 +99,7 @@ class Tracking:
                 owner,
                 str(folder / f"worker-{uid}.log"),
                 lambda restart: self._restarted(uid, restart),
+                self.offload,
             )
             self.workers[uid] = worker
             worker.ensure_running()
@@ -109,8 +112,10 @@ class Tracking:
         worker.send(op, droppable)
 
     def _owner(self, uid: int) -> Identity | None:
-        """Whom a worker for `uid` runs as (None: the engine's own user)."""
-        return runner.run_as(login_identity(uid))
+        """Whom a worker for `uid` runs as (None: the engine's own user): as stored with her
+        newest job (the user database, which may hang, is asked off the loop: `Sidecar`)."""
+        newest = self.store.jobs(owner_uid=uid, limit=1)
+        return runner.run_as(newest[0].owner if newest else Identity.of(uid, uid, ()))
 
     def _restarted(self, uid: int, restart: bool) -> None:
         """A worker started: what it must know first. The first start of a worker needs
