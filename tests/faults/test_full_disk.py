@@ -11,6 +11,7 @@ import csv
 import dataclasses
 import io
 import os
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -174,7 +175,17 @@ def test_a_job_that_ended_on_a_full_disk_is_shown_ended_not_running(
     before its end was worked out, and the job was shown `running` until the next try."""
     engine = disk_engine
     marker, filler = tmp_path / "runs", small_disk / "filler"
-    script = f"echo run >> {marker}; dd if=/dev/zero of={filler} bs=64k 2>/dev/null; exit 0"
+    # The store's WAL emptied just before the disk fills (fill_beside_the_store says why): else
+    # the engine's first write after a checkpoint frees what it held, and its retry (every
+    # SETTLE_RETRY_S) saved the end while the views below were read (seen in a run under load)
+    empty_wal = (
+        f"import sqlite3; sqlite3.connect({str(engine.home.db)!r}, timeout=10)"
+        '.execute("PRAGMA wal_checkpoint(TRUNCATE)")'
+    )
+    script = (
+        f"echo run >> {marker}; {shlex.quote(sys.executable)} -c {shlex.quote(empty_wal)}; "
+        f"dd if=/dev/zero of={filler} bs=64k 2>/dev/null; exit 0"
+    )
     if leftover:
         script = f"sleep 300 & {script}"
     (job_id,) = engine.submit({"name": "fills", "command": ["sh", "-c", script], "max_attempts": 2})
