@@ -44,7 +44,12 @@ FORGED_RUN_ID = "f" * 32
 @pytest.fixture
 def station() -> Iterator[Station]:
     # A job waits for its MLflow run at most a second: no store answers here.
-    yield from user_python_station(engine_env={"GPUDESK_TRACKING_WAIT_S": "1"})
+    for made in user_python_station(engine_env={"GPUDESK_TRACKING_WAIT_S": "1"}):
+        yield made
+        # its jobs sleep a minute: ended here, not left to the station's teardown to kill
+        live = [j["id"] for j in made.ok(None, "jobs", states=["queued", "running"])["jobs"]]
+        if live:
+            made.ok(None, "cancel", jobs=live, grace=0)
 
 
 def tracked(name: str, uri: str) -> dict[str, object]:

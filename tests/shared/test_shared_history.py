@@ -34,3 +34,4 @@ def test_one_members_measured_memory_places_her_runs_and_not_anothers(
     assert placed_with(sim_station, "bob", bobs)[0] == "default"
     again = sim_station.submit("ada", job)
     assert placed_with(sim_station, "ada", again) == ("history", 4608.0)
+    sim_station.ok(None, "cancel", jobs=[bobs, again], grace=0)  # not left to the teardown

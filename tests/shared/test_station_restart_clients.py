@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+import psutil
 import pytest
 from conftest import kill_running
 from station_fixture import Station
@@ -32,6 +33,14 @@ def member(station: Station, *args: str) -> subprocess.Popen[str]:
         text=True,
         cwd="/",
     )
+
+
+def end_member(process: subprocess.Popen[str] | None) -> None:
+    """Kill a `member` process and what runuser started (killing runuser alone leaves it)."""
+    if process is not None and process.poll() is None:
+        for child in psutil.Process(process.pid).children(recursive=True):
+            child.kill()
+    kill_running(process)
 
 
 def gated_job(station: Station, name: str, exit_code: int) -> tuple[int, Path]:
@@ -126,8 +135,7 @@ def test_top_with_the_station_engine_down_says_so_and_claims_no_jobs(
         station.start()
         frame = line_with(live.stdout, "topjob")  # its row in the engine's view
         assert str(job_id) in frame
-        live.kill()
-        live.wait()
+        end_member(live)
         shown = json.loads(
             subprocess.run(
                 as_member(station, "top", "--json"), capture_output=True, text=True
@@ -135,7 +143,7 @@ def test_top_with_the_station_engine_down_says_so_and_claims_no_jobs(
         )
         assert [job["id"] for job in shown["jobs"]] == [job_id]
     finally:
-        kill_running(live)
+        end_member(live)
         if station.process is None:
             station.start()
         gate.touch()
