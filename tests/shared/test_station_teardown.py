@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import psutil
 import pytest
+from conftest import wait_for
 from station_fixture import make_station
 
 
@@ -17,11 +18,18 @@ def test_a_suspended_job_left_by_a_test_is_killed_and_named_at_teardown() -> Non
     job = {"name": "long", "command": ["sh", "-c", "sleep 600 & sleep 600"], "workdir": "/tmp"}
     job_id = station.submit("ada", job)
     pgid = station.wait_state(job_id, "running")["pgid"]
+    ada = station.users["ada"]
+
+    def adas() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["uids"]) if p.info["uids"].real == ada.uid]
+
+    # "running" is said once the wrapper is spawned; it checks her in the user database before
+    # it starts her command: wait for the command's processes (sh and its two sleeps)
+    wait_for(lambda: len(adas()) == 3, 30.0, what="the job's command to start")
     assert station.ok("ada", "suspend", jobs=[job_id])["results"][0]["ok"]
     station.wait_state(job_id, "suspended")
-    ada = station.users["ada"]
-    stopped = [p for p in psutil.process_iter(["uids"]) if p.info["uids"].real == ada.uid]
-    assert len(stopped) == 3, stopped  # sh and its two sleeps
+    stopped = adas()
+    assert len(stopped) == 3, stopped
     wrapper = psutil.Process(pgid)  # the job's group leader: root's wrapper
     assert wrapper.uids().real == 0 and wrapper.status() == psutil.STATUS_STOPPED
     with pytest.warns(UserWarning, match="were left when its engine stopped") as said:
