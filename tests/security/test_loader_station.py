@@ -207,6 +207,31 @@ def test_a_declared_owner_runs_the_producer_and_none_runs_as_root(
             assert proc.info["uids"].real != 0, cmdline
 
 
+@on_station
+@pytest.mark.slow(10)
+def test_a_refused_producer_start_tells_its_waiting_job_at_once(
+    station: tuple[Station, str, Path],
+) -> None:
+    """A station's producer whose owner is refused (here: its declared owner is no user) is
+    asked for off the loop, its job started meanwhile and waiting for it (START_WAIT_S, 60 s):
+    the engine says why where that job's consumer looks, which stops waiting at once and says
+    it in its paragraph (before: it waited the minute out, then blamed a producer that was
+    never started). The engine says "not started" once, not that it died, nor tries again
+    for that job."""
+    st, python, script = station
+    name = "nobodys"
+    st.ok(None, "datasets", datasets=[dataset(name, owner="gdnosuchuser")])
+    began = time.monotonic()
+    job, out = run_job(st, python, script, "ada", name)
+    took = time.monotonic() - began
+    assert job["state"] == "failed", out
+    assert "did not start the producer" in out and "'gdnosuchuser' is not a user" in out, out
+    assert "waited" not in out and took < 40, (took, out)
+    said = [line for line in st.log.read_text().splitlines() if f"loader {name!r}" in line]
+    assert len([line for line in said if "not started" in line]) == 1, said
+    assert not [line for line in said if "died" in line], said
+
+
 def test_share_and_owner_are_checked() -> None:
     assert DatasetSpec.from_dict(dataset("d", share="group")).argv()[-2:] == ["--share", "group"]
     assert "--share" not in DatasetSpec.from_dict(dataset("d")).argv()
