@@ -222,7 +222,8 @@ class LoaderSupervisor:
         if self._failed_for_good(producer):
             return  # it would fail again: its consumers read why in its info file
         home, spec = self.home, producer.spec
-        ours = producer_variables(home, producer.gpu if staged_on_gpu(producer) else None)
+        # staging on a GPU: where its dataset stages there (not "cpu"), and a job's GPU is known
+        ours = producer_variables(home, (spec.device != "cpu" and producer.gpu) or None)
         if home.system_socket is None:
             return self._spawn(producer, {**os.environ, "GPUDESK_HOME": str(home.root), **ours})
         forget_not_started(home, spec.name)  # its jobs' consumers wait for this start
@@ -289,10 +290,10 @@ class LoaderSupervisor:
         except (OSError, UnsafePath) as exc:
             if producer.owner is None or not self.home.is_system:
                 return str(exc)
-            return (
-                f"{exc} (it runs as {producer.owner.name}, its dataset's owner: the engine's "
-                f"Python, {sys.executable}, must be one the station's users may run, e.g. a "
-                "system-wide install)"
+            return (  # named as declared or stored, never asked of the user database here
+                f"{exc} (it runs as {producer.spec.owner or producer.owner.stored_name}, its "
+                f"dataset's owner: the engine's Python, {sys.executable}, must be one the "
+                "station's users may run, e.g. a system-wide install)"
             )
         return None
 
@@ -538,8 +539,3 @@ class LoaderSupervisor:
                 }
             )
         return out
-
-
-def staged_on_gpu(producer: _Producer) -> bool:
-    """Whether the producer is given a GPU: its dataset stages there, and a job's GPU is known."""
-    return producer.spec.device != "cpu" and bool(producer.gpu)
