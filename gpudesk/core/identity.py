@@ -64,6 +64,12 @@ class Identity:
         someone else now), else the system's now; the uid as text where it has none."""
         return self.login or user_name(self.uid)
 
+    @property
+    def stored_name(self) -> str:
+        """Its name as stored (`login`: a job owner's at submit), else "uid N": never asked of
+        the user database, which may take seconds (for text made on the engine's loop)."""
+        return self.login or f"uid {self.uid}"
+
     def in_group(self, gid: int) -> bool:
         return gid == self.gid or gid in self.groups
 

@@ -75,7 +75,7 @@ from gpudesk.loader.protocol import (
 )
 from gpudesk.loader.reconnect import resume_epoch
 from gpudesk.loader.ring import Ring
-from gpudesk.loader.station_access import checked_folder
+from gpudesk.loader.station_access import checked_folder, not_started
 from gpudesk.paths import Home, UnsafePath
 
 POLL_MS = 200  # while waiting for a batch, the producer's process is checked this often
@@ -189,6 +189,11 @@ class SharedLoader:
     def _no_producer(self, wait: float, info: dict[str, Any] | None) -> str:
         """Why there is no producer to read, and what to do, in one paragraph."""
         fallback = ", and no local fallback was asked for (pass factory=... and fallback=True)"
+        if info and info.get("not_started"):  # by a station's engine (station_access.py)
+            return (
+                f"{self._failed_producer(info)}. Fix that (or ask the station's admin to): the "
+                f"engine tries again for the next job naming the dataset{fallback}"
+            )
         if final_failure(info) is not None:
             again = (  # a station refuses `loader serve`; registering is its admin's
                 "Fix that, then an admin starts it again by registering the dataset again "
@@ -232,6 +237,11 @@ class SharedLoader:
         """A producer's final failure (`final_failure`), for the user: the dataset, the reason,
         and the engine's log of it."""
         assert info is not None
+        if info.get("not_started"):
+            return (
+                f"the station's engine did not start the producer of the shared loader "
+                f"{self.name!r}: {final_failure(info)}"
+            )
         log = f" (its log: {self._log})" if info.get("managed") else ""
         return (
             f"the producer of the shared loader {self.name!r} failed for good{log}, and is "
@@ -241,7 +251,8 @@ class SharedLoader:
     def _running_producer(self, wait: float) -> dict[str, Any] | None:
         """The info of the live producer for this name, waiting up to `wait` s for one, and for
         as long as a live one says it is preparing (a data selection's pre-pass); or, at once,
-        the info of one that failed for good (`final_failure`): waiting for it is in vain."""
+        the info of one that failed for good (`final_failure`), or what a station's engine said
+        of one it did not start (`not_started`): waiting for it is in vain."""
         try:
             # never trust an info file in someone else's folder; on a station, one line when
             # the loader is not shared with this user
@@ -271,6 +282,8 @@ class SharedLoader:
                     )
                     said = True
                 deadline = max(deadline, time.monotonic() + PREPARING_POLL_S)
+            elif self.home.is_system and (refused := not_started(self.home, self.name)):
+                return refused  # the engine did not start it: waiting for it is in vain
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.05)

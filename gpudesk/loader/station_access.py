@@ -7,6 +7,7 @@ has a folder of its own in the station's socket folder, made by root, handed to 
 
     /run/gpudesk/               root:GROUP 0750 (the station's socket folder)
       loaders/                  root 0755: only root adds a name here
+        .not-started-NAME.json  root 0644: why the engine did not start NAME's producer
         NAME/                   OWNER:GROUP, 0700 (share = "private") or 2750 (share = "group")
           NAME.ctl NAME.fd      the producer's sockets: 0600, or 0660 when shared
           NAME.json NAME.lock   its info file (0640 when shared) and its lock
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import pwd
 import shutil
@@ -33,10 +35,11 @@ import stat
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from gpudesk.core.identity import Identity, OwnerGone, as_known_now, login_identity, peer_caller
 from gpudesk.loader.orphan import ENV_ENGINE_PID
-from gpudesk.loader.protocol import LoaderError
+from gpudesk.loader.protocol import LoaderError, final_failure, read_info
 from gpudesk.loader.staging import ENV_STAGING
 from gpudesk.paths import Home, UnsafePath, check_station_dir, user_name
 from gpudesk.trust import OWNER_BOUND_S as OWNER_BOUND_S
@@ -143,6 +146,45 @@ def prepare_folder(home: Home, name: str, owner: Identity, group: int | None, sh
     finally:
         os.close(fd)
     return folder
+
+
+def not_started_path(home: Home, name: str) -> Path:
+    """Where a station's engine says why it did not start a loader's producer: root's file in
+    root's loaders folder, under a name no loader's folder has (none starts with a dot)."""
+    return home.loader_dir / f".not-started-{name}.json"
+
+
+def say_not_started(home: Home, name: str, why: str) -> None:
+    """As root, on the loop (quick): why the producer was not started (its owner refused, or
+    not known in time), for the jobs started with it, whose consumers wait for it
+    (`not_started`): they stop waiting at once and say why, as for a producer that failed.
+    Best effort: a consumer that finds nothing waits its START_WAIT_S, as before."""
+    path = not_started_path(home, name)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    said = {"name": name, "failed": why, "transient": False, "not_started": True}
+    with contextlib.suppress(OSError, UnsafePath):
+        _root_folder(home.loader_dir)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o644)
+        try:
+            os.fchmod(fd, 0o644)  # the engine's umask is 077: its jobs' users read it
+            os.write(fd, json.dumps(said).encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+
+
+def forget_not_started(home: Home, name: str) -> None:
+    """As root, as the producer is started again: its jobs' consumers wait for this one."""
+    with contextlib.suppress(OSError):
+        not_started_path(home, name).unlink()
+
+
+def not_started(home: Home, name: str) -> dict[str, Any] | None:
+    """What the station's engine said of a producer it did not start (`say_not_started`: a
+    final failure, `protocol.final_failure`, with `not_started`), read only as root's file."""
+    said = read_info(not_started_path(home, name), 0)
+    return said if said and final_failure(said) is not None and said.get("not_started") else None
 
 
 def _root_folder(path: Path) -> None:

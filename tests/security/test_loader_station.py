@@ -207,6 +207,31 @@ def test_a_declared_owner_runs_the_producer_and_none_runs_as_root(
             assert proc.info["uids"].real != 0, cmdline
 
 
+@on_station
+@pytest.mark.slow(10)
+def test_a_refused_producer_start_tells_its_waiting_job_at_once(
+    station: tuple[Station, str, Path],
+) -> None:
+    """A station's producer whose owner is refused (here: its declared owner is no user) is
+    asked for off the loop, its job started meanwhile and waiting for it (START_WAIT_S, 60 s):
+    the engine says why where that job's consumer looks, which stops waiting at once and says
+    it in its paragraph (before: it waited the minute out, then blamed a producer that was
+    never started). The engine says "not started" once, not that it died, nor tries again
+    for that job."""
+    st, python, script = station
+    name = "nobodys"
+    st.ok(None, "datasets", datasets=[dataset(name, owner="gdnosuchuser")])
+    began = time.monotonic()
+    job, out = run_job(st, python, script, "ada", name)
+    took = time.monotonic() - began
+    assert job["state"] == "failed", out
+    assert "did not start the producer" in out and "'gdnosuchuser' is not a user" in out, out
+    assert "waited" not in out and took < 40, (took, out)
+    said = [line for line in st.log.read_text().splitlines() if f"loader {name!r}" in line]
+    assert len([line for line in said if "not started" in line]) == 1, said
+    assert not [line for line in said if "died" in line], said
+
+
 def test_share_and_owner_are_checked() -> None:
     assert DatasetSpec.from_dict(dataset("d", share="group")).argv()[-2:] == ["--share", "group"]
     assert "--share" not in DatasetSpec.from_dict(dataset("d")).argv()
@@ -217,6 +242,36 @@ def test_share_and_owner_are_checked() -> None:
     ):
         with pytest.raises(ValueError, match=key):
             DatasetSpec.from_dict(dataset("d", **bad))
+
+
+def test_what_the_engine_says_of_a_producer_it_did_not_start_is_believed_only_as_roots(
+    tmp_path: Path,
+) -> None:
+    """The engine's word that it did not start a producer (its consumers stop waiting on it) is
+    root's file in root's loaders folder, readable by the station's users; one of anyone else's
+    there is no such word, and starting the producer again takes the word back."""
+    from gpudesk.loader.station_access import (
+        forget_not_started,
+        not_started,
+        not_started_path,
+        say_not_started,
+    )
+    from gpudesk.paths import Home
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the engine's file, and one of another user's")
+    run = tmp_path / "run"
+    run.mkdir(mode=0o750)
+    home = Home.system(run / "control.sock", tmp_path / "state")
+    assert not_started(home, "d") is None
+    say_not_started(home, "d", "its declared owner 'x' is not a user of this machine")
+    said = not_started(home, "d")
+    assert said is not None and "'x' is not a user" in said["failed"], said
+    assert stat.S_IMODE(not_started_path(home, "d").stat().st_mode) == 0o644
+    os.chown(not_started_path(home, "d"), 12345, 12345)  # not root's: not the engine's word
+    assert not_started(home, "d") is None
+    forget_not_started(home, "d")
+    assert not not_started_path(home, "d").exists()
 
 
 def test_root_believes_no_pid_a_member_writes() -> None:

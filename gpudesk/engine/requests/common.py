@@ -160,8 +160,11 @@ def named(handler: Handler, undone: str | None = None) -> Handler:
     def named_first(args: Any, caller: Caller) -> Later[Identity]:
         what = f"{undone}: " if undone else ""
         what += f"asking the user database for uid {caller.uid}'s name"
-        then = lambda identity: handler(args, Caller(identity, caller.pid))  # noqa: E731
         nameless = replace(caller.identity, login=f"uid {caller.uid}")
+
+        def then(who: Identity) -> Any:  # no name: "uid N", asked no more (a submit's is stored)
+            return handler(args, Caller(who if who.login or undone else nameless, caller.pid))
+
         late = None if undone else lambda: then(nameless)
         return Later(caller.identity.named, then, NAME_BOUND_S, what, counted=False, late=late)
 

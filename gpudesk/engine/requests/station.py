@@ -13,7 +13,7 @@ import msgspec
 from gpudesk import __version__, diskspace
 from gpudesk.core import protocol, reconfigure
 from gpudesk.core.datasets import DatasetSpec
-from gpudesk.core.identity import Caller, user_name
+from gpudesk.core.identity import Caller
 from gpudesk.core.protocol import ProtocolError
 from gpudesk.core.station import STATION_EVENT
 from gpudesk.core.wire.requests import ConfigureArgs, DatasetsArgs, OpArgs, StatusArgs
@@ -154,9 +154,9 @@ class StationRequests(Requests):
 
     def _name(self, uid: int) -> str:
         """A user's name as stored with her newest job: every desk asks `status` twice a second,
-        and a user database (LDAP, SSSD) may take seconds a name. The system's, now, only for a
-        uid none of whose jobs has one (each stored before schema 21)."""
-        return self.parts.store.owner_login(uid) or user_name(uid)
+        and a user database (LDAP, SSSD) may take seconds a name, so it is never asked here: the
+        uid's digits where none of her jobs has one (each stored before schema 21)."""
+        return self.parts.store.owner_login(uid) or str(uid)
 
     def shutdown(self, _args: OpArgs, caller: Caller) -> ShutdownResult:
         self._need_admin(caller, "stop the engine")

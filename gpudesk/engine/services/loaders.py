@@ -47,11 +47,13 @@ from gpudesk.loader.station_access import (
     RunsAs,
     believed_pid,
     folder_owner,
+    forget_not_started,
     launch_as,
     popen_as,
     producer_variables,
+    say_not_started,
 )
-from gpudesk.loader.status import cpu_saving
+from gpudesk.loader.status import STATUS_TIMEOUT_MS, collect, cpu_saving
 from gpudesk.paths import Home, UnsafePath, open_state_file
 from gpudesk.spawn import SAFE_CWD
 
@@ -220,9 +222,11 @@ class LoaderSupervisor:
         if self._failed_for_good(producer):
             return  # it would fail again: its consumers read why in its info file
         home, spec = self.home, producer.spec
-        ours = producer_variables(home, producer.gpu if staged_on_gpu(producer) else None)
+        # staging on a GPU: where its dataset stages there (not "cpu"), and a job's GPU is known
+        ours = producer_variables(home, (spec.device != "cpu" and producer.gpu) or None)
         if home.system_socket is None:
             return self._spawn(producer, {**os.environ, "GPUDESK_HOME": str(home.root), **ours})
+        forget_not_started(home, spec.name)  # its jobs' consumers wait for this start
         ask = partial(launch_as, spec.owner, producer.owner, folder_owner(home, spec.name), ours)
         if self.offload is None:  # a supervisor built alone: in place
             return self._spawn(producer, ask())
@@ -260,6 +264,8 @@ class LoaderSupervisor:
         if why is not None:
             producer.process, producer.pid = None, None
             self.events.append(f"shared loader {name!r} not started: {why}")
+            if self.home.system_socket is not None:  # its jobs' consumers stop waiting for it
+                say_not_started(self.home, name, why)
             return
         assert producer.process is not None
         producer.pid, producer.create_time = producer.process.pid, None
@@ -284,10 +290,10 @@ class LoaderSupervisor:
         except (OSError, UnsafePath) as exc:
             if producer.owner is None or not self.home.is_system:
                 return str(exc)
-            return (
-                f"{exc} (it runs as {producer.owner.name}, its dataset's owner: the engine's "
-                f"Python, {sys.executable}, must be one the station's users may run, e.g. a "
-                "system-wide install)"
+            return (  # named as declared or stored, never asked of the user database here
+                f"{exc} (it runs as {producer.spec.owner or producer.owner.stored_name}, its "
+                f"dataset's owner: the engine's Python, {sys.executable}, must be one the "
+                "station's users may run, e.g. a system-wide install)"
             )
         return None
 
@@ -340,6 +346,8 @@ class LoaderSupervisor:
                 continue
             if name in needed:
                 producer.unneeded_since = None
+                if producer.pid is None and not alive:
+                    continue  # never started (`_spawn` said why): a job needing it tries again
                 if not alive and name not in self.stopping:  # not dead: waiting its turn
                     code = producer.process.returncode if producer.process else None
                     if producer.failing >= RESTART_LIMIT:
@@ -401,20 +409,11 @@ class LoaderSupervisor:
     def ask_status(self) -> Callable[[], Statuses]:
         """The work of asking every producer of the home for its status: it touches nothing of
         the supervisor's, so it may run on a worker thread (`apply_status` takes its result)."""
-        home = self.home
-
-        def ask() -> Statuses:
-            from gpudesk.loader.status import collect
-
-            return collect(home=home)
-
-        return ask
+        return partial(collect, home=self.home)
 
     def status_bound_s(self) -> float:
         """How long asking may take: each producer is given STATUS_TIMEOUT_MS, one after the
         other, plus a margin (assumption: 5 s covers reading the info files and connecting)."""
-        from gpudesk.loader.status import STATUS_TIMEOUT_MS
-
         return len(self.producers) * STATUS_TIMEOUT_MS / 1000 + 5.0
 
     def refresh_status(self) -> None:
@@ -540,8 +539,3 @@ class LoaderSupervisor:
                 }
             )
         return out
-
-
-def staged_on_gpu(producer: _Producer) -> bool:
-    """Whether the producer is given a GPU: its dataset stages there, and a job's GPU is known."""
-    return producer.spec.device != "cpu" and bool(producer.gpu)
