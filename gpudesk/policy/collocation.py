@@ -51,7 +51,6 @@ from gpudesk.policy.demand import (
     Demand,
     from_hints,
     hint_unknown,
-    hinted,
     margin_mib,
 )
 from gpudesk.policy.filled_station import (
@@ -233,15 +232,20 @@ class SharingPolicy:
         its shape's frontier says it finds no room (True), else weighed. `known`: the station's
         demand for it; `plain`: below this a memory figure is certainly usable."""
         station, spec, gpus = run.station, job.spec, job.spec.gpus
+        # A job placed on whole GPUs is judged by its memory alone (`_whole_gpus`): its
+        # frontier point has no SM, so any job of its shape needing as much is dominated.
+        # (`hinted` and `_whole` inline: a long queue's multi-GPU jobs all come here)
         if known is None:
-            memory, sm = hinted(spec.memory_gb, spec.sm_pct)
+            memory, sm = spec.memory_gb, spec.sm_pct
+            memory = DEFAULT_MEMORY_MIB if memory is None else memory * MIB_PER_GB
+            if sm is None:
+                sm = DEFAULT_SM_PCT
             exclusive = banded = history = False
+            whole = gpus > 1 or self.mode == "exclusive"
         else:
             memory, sm, exclusive = known.memory_mib, known.sm_pct, known.exclusive
             banded, history = known.membw_pct is not None, known.source == "history"
-        # A job placed on whole GPUs is judged by its memory alone (`_whole_gpus`): its
-        # frontier point has no SM, so any job of its shape needing as much is dominated.
-        whole = self._whole(gpus, exclusive)
+            whole = self._whole(gpus, exclusive)
         demand: Demand | None = None
         if not (gpus <= len(station.gpu_states) and memory < plain):
             largest = largest_gpu_mib(station)
@@ -385,7 +389,8 @@ class SharingPolicy:
         # whose memory is unknown needs one as much as they do: alone it cannot run short.
         keep_idle = False
         if not demand.heavy and not demand.unknown:
-            idle_whole = sum(h.idle_whole for h in hosts)
+            # only a GPU no job has joined is idle (most of a long queue's jobs find none)
+            idle_whole = sum([h.idle_whole for h in hosts]) if plan.idle_indices() else 0
             keep_idle = bool(idle_whole) and behind() >= idle_whole
         # placed for the room it gets where its figure is unknown
         admitted = replace(demand, memory_mib=demand.admit_mib) if demand.unknown else demand
