@@ -176,6 +176,9 @@ class SharingPolicy:
         # which `_weigh` adds to) by owner, found without a shape tuple.
         hinted_only = self.mode != "exclusive" and bool(station.gpu_states)
         frontiers: dict[int, Frontier] = {}
+        # the last hot-path job's owner and frontier, until a job is weighed (it may add one)
+        last_uid: int | None = None
+        frontier: Frontier | None = None
         seeking = True  # no job waits for GPUs yet (`run.waiting`, set once a pass)
         # A job its frontier dominates leaves the rest of its class nothing to do in this pass
         # (`queue_classes`): `drop`, where the queue knows its classes, skips them.
@@ -198,11 +201,13 @@ class SharingPolicy:
                     if sm is None:
                         sm = DEFAULT_SM_PCT
                     uid = job.owner.uid
-                    frontier = frontiers.get(uid)
-                    if frontier is None:
-                        frontier = no_room.get((1, False, False, False, uid))
-                        if frontier is not None:
-                            frontiers[uid] = frontier
+                    if uid != last_uid:  # most jobs are the last one's owner's
+                        frontier = frontiers.get(uid)
+                        if frontier is None:
+                            frontier = no_room.get((1, False, False, False, uid))
+                            if frontier is not None:
+                                frontiers[uid] = frontier
+                        last_uid = uid
                     # Frontier.dominates, inline (a call a job is a good part of the cost)
                     if (
                         frontier is not None
@@ -217,11 +222,11 @@ class SharingPolicy:
                     demand = from_hints(spec.memory_gb, spec.sm_pct)
                     shape = (1, False, False, False, uid)
                     self._weigh(run, job, position, demand, shape, (memory, sm))
-                    seeking = run.waiting is None
+                    seeking, last_uid = run.waiting is None, None  # (its frontier may be new)
                     continue
             if self._judge(run, job, position, known, plain) and drop is not None:
                 drop()
-            seeking = run.waiting is None
+            seeking, last_uid = run.waiting is None, None
         held = {} if run.reserved_for is None else dict.fromkeys(run.reserved, run.reserved_for)
         return Decision(plan.placements, run.rejections, run.overtaken, held)
 
