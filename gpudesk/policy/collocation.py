@@ -51,7 +51,6 @@ from gpudesk.policy.demand import (
     Demand,
     from_hints,
     hint_unknown,
-    hinted,
     margin_mib,
 )
 from gpudesk.policy.filled_station import (
@@ -177,6 +176,9 @@ class SharingPolicy:
         # which `_weigh` adds to) by owner, found without a shape tuple.
         hinted_only = self.mode != "exclusive" and bool(station.gpu_states)
         frontiers: dict[int, Frontier] = {}
+        # the last hot-path job's owner and frontier, until a job is weighed (it may add one)
+        last_uid: int | None = None
+        frontier: Frontier | None = None
         seeking = True  # no job waits for GPUs yet (`run.waiting`, set once a pass)
         # A job its frontier dominates leaves the rest of its class nothing to do in this pass
         # (`queue_classes`): `drop`, where the queue knows its classes, skips them.
@@ -199,11 +201,13 @@ class SharingPolicy:
                     if sm is None:
                         sm = DEFAULT_SM_PCT
                     uid = job.owner.uid
-                    frontier = frontiers.get(uid)
-                    if frontier is None:
-                        frontier = no_room.get((1, False, False, False, uid))
-                        if frontier is not None:
-                            frontiers[uid] = frontier
+                    if uid != last_uid:  # most jobs are the last one's owner's
+                        frontier = frontiers.get(uid)
+                        if frontier is None:
+                            frontier = no_room.get((1, False, False, False, uid))
+                            if frontier is not None:
+                                frontiers[uid] = frontier
+                        last_uid = uid
                     # Frontier.dominates, inline (a call a job is a good part of the cost)
                     if (
                         frontier is not None
@@ -218,11 +222,11 @@ class SharingPolicy:
                     demand = from_hints(spec.memory_gb, spec.sm_pct)
                     shape = (1, False, False, False, uid)
                     self._weigh(run, job, position, demand, shape, (memory, sm))
-                    seeking = run.waiting is None
+                    seeking, last_uid = run.waiting is None, None  # (its frontier may be new)
                     continue
             if self._judge(run, job, position, known, plain) and drop is not None:
                 drop()
-            seeking = run.waiting is None
+            seeking, last_uid = run.waiting is None, None
         held = {} if run.reserved_for is None else dict.fromkeys(run.reserved, run.reserved_for)
         return Decision(plan.placements, run.rejections, run.overtaken, held)
 
@@ -233,15 +237,20 @@ class SharingPolicy:
         its shape's frontier says it finds no room (True), else weighed. `known`: the station's
         demand for it; `plain`: below this a memory figure is certainly usable."""
         station, spec, gpus = run.station, job.spec, job.spec.gpus
+        # A job placed on whole GPUs is judged by its memory alone (`_whole_gpus`): its
+        # frontier point has no SM, so any job of its shape needing as much is dominated.
+        # (`hinted` and `_whole` inline: a long queue's multi-GPU jobs all come here)
         if known is None:
-            memory, sm = hinted(spec.memory_gb, spec.sm_pct)
+            memory, sm = spec.memory_gb, spec.sm_pct
+            memory = DEFAULT_MEMORY_MIB if memory is None else memory * MIB_PER_GB
+            if sm is None:
+                sm = DEFAULT_SM_PCT
             exclusive = banded = history = False
+            whole = gpus > 1 or self.mode == "exclusive"
         else:
             memory, sm, exclusive = known.memory_mib, known.sm_pct, known.exclusive
             banded, history = known.membw_pct is not None, known.source == "history"
-        # A job placed on whole GPUs is judged by its memory alone (`_whole_gpus`): its
-        # frontier point has no SM, so any job of its shape needing as much is dominated.
-        whole = self._whole(gpus, exclusive)
+            whole = self._whole(gpus, exclusive)
         demand: Demand | None = None
         if not (gpus <= len(station.gpu_states) and memory < plain):
             largest = largest_gpu_mib(station)
@@ -385,7 +394,8 @@ class SharingPolicy:
         # whose memory is unknown needs one as much as they do: alone it cannot run short.
         keep_idle = False
         if not demand.heavy and not demand.unknown:
-            idle_whole = sum(h.idle_whole for h in hosts)
+            # only a GPU no job has joined is idle (most of a long queue's jobs find none)
+            idle_whole = sum([h.idle_whole for h in hosts]) if plan.idle_indices() else 0
             keep_idle = bool(idle_whole) and behind() >= idle_whole
         # placed for the room it gets where its figure is unknown
         admitted = replace(demand, memory_mib=demand.admit_mib) if demand.unknown else demand
