@@ -95,6 +95,16 @@ def _as_root(station: Station, op: str, timeout: float, **args: object) -> dict:
         return json.loads(read_reply(sock))  # type: ignore[no-any-return]
 
 
+def silent_service(userdb: Path) -> socket.socket:
+    """A userdb service that takes every connection and never answers: from now on, the user
+    database NSS asks through `userdb` (systemd-userdbd's folder) is silent."""
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(userdb / "io.gdtest.Silent"))
+    silent.listen(16)
+    silent.settimeout(30)
+    return silent
+
+
 def test_a_user_database_that_does_not_answer_keeps_only_the_submitter_waiting(
     slow_nss_station: tuple[Station, Path],
 ) -> None:
@@ -102,10 +112,7 @@ def test_a_user_database_that_does_not_answer_keeps_only_the_submitter_waiting(
     job = {"name": "j", "command": ["true"], "workdir": "/tmp"}  # held: listed until the end
     first = station.submit("ada", job, hold=True)  # the database answers: stored with her name
     assert station.job(first)["user"] == station.users["ada"].name
-    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    silent.bind(str(userdb / "io.gdtest.Silent"))
-    silent.listen(16)
-    silent.settimeout(30)
+    silent = silent_service(userdb)
     asked: list[socket.socket] = []
     args = json.dumps({"jobs": [job], "env": {"PATH": "/usr/bin:/bin"}, "hold": True})
     argv = [SYSTEM_PYTHON, str(station.client), str(station.socket), "submit", args]
@@ -167,10 +174,7 @@ def test_while_the_user_database_does_not_answer_status_and_a_suspend_keep_the_l
     job = {"name": "long", "command": ["sleep", "600"], "workdir": "/tmp"}
     running = station.submit("ada", job)  # the database answers: stored with her name
     station.wait_state(running, "running")
-    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    silent.bind(str(userdb / "io.gdtest.Silent"))
-    silent.listen(16)
-    silent.settimeout(30)
+    silent = silent_service(userdb)
     asked: list[socket.socket] = []
     asks: dict[str, tuple[str, dict]] = {"ada": ("suspend", {"jobs": [running]})}
     asks["admin"] = ("configure", _SLOTS)
@@ -231,10 +235,7 @@ def test_while_the_user_database_does_not_answer_a_listing_by_user_name_waits_al
     job = {"name": "j", "command": ["true"], "workdir": "/tmp"}
     held = station.submit("ada", job, hold=True)
     bobs = station.submit("bob", job, hold=True)
-    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    silent.bind(str(userdb / "io.gdtest.Silent"))
-    silent.listen(16)
-    silent.settimeout(30)
+    silent = silent_service(userdb)
     asked: list[socket.socket] = []
     try:
         # a member's refusal names the admins: their group named at the engine's start (before:
@@ -280,10 +281,7 @@ def test_while_the_user_database_does_not_answer_a_members_job_starts_without_th
     ada = station.users["ada"]
     job = {"name": "who", "command": ["id", "-un"], "workdir": "/tmp"}
     job_id = station.submit("ada", job, hold=True)  # the database answers: stored with her name
-    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    silent.bind(str(userdb / "io.gdtest.Silent"))
-    silent.listen(16)
-    silent.settimeout(30)
+    silent = silent_service(userdb)
     asked: list[socket.socket] = []
     try:
         station.ok(None, "release", jobs=[job_id])  # root's: asks the database nothing of hers
@@ -326,10 +324,7 @@ def test_while_the_user_database_does_not_answer_a_shared_loaders_start_waits_al
     station.ok(None, "datasets", datasets=[dataset])
     job = {"name": "reads", "command": ["true"], "workdir": "/", "dataset": name}
     job_id = station.submit("ada", job, hold=True)  # the database answers: stored with her name
-    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    silent.bind(str(userdb / "io.gdtest.Silent"))
-    silent.listen(16)
-    silent.settimeout(30)
+    silent = silent_service(userdb)
     asked: list[socket.socket] = []
     try:
         station.ok(None, "release", jobs=[job_id])  # root's: asks the database nothing of hers
@@ -375,10 +370,7 @@ def test_while_the_user_database_does_not_answer_a_tracking_workers_start_waits_
     tracking = {"mlflow_uri": "http://127.0.0.1:1/", "experiment": "slow"}  # no store answers
     job = {"name": "tracked", "command": ["true"], "workdir": "/", "tracking": tracking}
     job_id = station.submit("ada", job, hold=True)  # the database answers: stored with her name
-    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    silent.bind(str(userdb / "io.gdtest.Silent"))
-    silent.listen(16)
-    silent.settimeout(30)
+    silent = silent_service(userdb)
     asked: list[socket.socket] = []
     try:
         station.ok(None, "release", jobs=[job_id])  # root's: asks the database nothing of hers
