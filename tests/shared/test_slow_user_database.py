@@ -95,6 +95,21 @@ def _as_root(station: Station, op: str, timeout: float, **args: object) -> dict:
         return json.loads(read_reply(sock))  # type: ignore[no-any-return]
 
 
+def released_into_silence(
+    station: Station, silent: socket.socket, job_id: int, asked: list[socket.socket]
+) -> tuple[float, dict]:
+    """Root releases the held job (asking the database nothing of hers); once what its start
+    needs asks the `silent` service (its connection kept in `asked`), root's `ping` and
+    `status` are answered within 5 s each: (when it was asked, root's status reply)."""
+    station.ok(None, "release", jobs=[job_id])
+    asked.append(silent.accept()[0])
+    started = time.monotonic()
+    assert _as_root(station, "ping", timeout=5.0)["ok"]
+    status = _as_root(station, "status", timeout=5.0)
+    assert status["ok"], status
+    return started, status
+
+
 def silent_service(userdb: Path) -> socket.socket:
     """A userdb service that takes every connection and never answers: from now on, the user
     database NSS asks through `userdb` (systemd-userdbd's folder) is silent."""
@@ -284,12 +299,8 @@ def test_while_the_user_database_does_not_answer_a_members_job_starts_without_th
     silent = silent_service(userdb)
     asked: list[socket.socket] = []
     try:
-        station.ok(None, "release", jobs=[job_id])  # root's: asks the database nothing of hers
-        asked.append(silent.accept()[0])  # her job's start asks the silent one who she is
-        started = time.monotonic()
-        assert _as_root(station, "ping", timeout=5.0)["ok"]
-        status = _as_root(station, "status", timeout=5.0)
-        assert status["ok"], status
+        # her job's start asks the silent one who she is
+        started, _ = released_into_silence(station, silent, job_id, asked)
         shown = _as_root(station, "show", timeout=5.0, job=job_id)
         assert shown["ok"] and shown["result"]["job"]["state"] == "running", shown
         assert time.monotonic() - started < 5.0
@@ -327,12 +338,8 @@ def test_while_the_user_database_does_not_answer_a_shared_loaders_start_waits_al
     silent = silent_service(userdb)
     asked: list[socket.socket] = []
     try:
-        station.ok(None, "release", jobs=[job_id])  # root's: asks the database nothing of hers
-        asked.append(silent.accept()[0])  # her producer's start (and her job's) asks the silent one
-        started = time.monotonic()
-        assert _as_root(station, "ping", timeout=5.0)["ok"]
-        status = _as_root(station, "status", timeout=5.0)
-        assert status["ok"], status
+        # her producer's start (and her job's) asks the silent one
+        started, status = released_into_silence(station, silent, job_id, asked)
         [loader] = [v for v in status["result"]["loaders"] if v["name"] == name]
         assert loader["starting"] and loader["pid"] is None, loader
         assert time.monotonic() - started < 5.0
@@ -373,12 +380,8 @@ def test_while_the_user_database_does_not_answer_a_tracking_workers_start_waits_
     silent = silent_service(userdb)
     asked: list[socket.socket] = []
     try:
-        station.ok(None, "release", jobs=[job_id])  # root's: asks the database nothing of hers
-        asked.append(silent.accept()[0])  # her worker's start asks the silent one who she is
-        started = time.monotonic()
-        assert _as_root(station, "ping", timeout=5.0)["ok"]
-        status = _as_root(station, "status", timeout=5.0)
-        assert status["ok"], status
+        # her worker's start asks the silent one who she is
+        started, status = released_into_silence(station, silent, job_id, asked)
         [store] = [s for s in status["result"]["tracking"] if s["uid"] == ada.uid]
         assert store.get("error") is None and store["queued"], store  # her run waits for it
         assert time.monotonic() - started < 5.0
