@@ -51,6 +51,7 @@ from gpudesk.policy.demand import (
     Demand,
     from_hints,
     hint_unknown,
+    hinted,
     margin_mib,
 )
 from gpudesk.policy.filled_station import (
@@ -237,20 +238,15 @@ class SharingPolicy:
         its shape's frontier says it finds no room (True), else weighed. `known`: the station's
         demand for it; `plain`: below this a memory figure is certainly usable."""
         station, spec, gpus = run.station, job.spec, job.spec.gpus
-        # A job placed on whole GPUs is judged by its memory alone (`_whole_gpus`): its
-        # frontier point has no SM, so any job of its shape needing as much is dominated.
-        # (`hinted` and `_whole` inline: a long queue's multi-GPU jobs all come here)
         if known is None:
-            memory, sm = spec.memory_gb, spec.sm_pct
-            memory = DEFAULT_MEMORY_MIB if memory is None else memory * MIB_PER_GB
-            if sm is None:
-                sm = DEFAULT_SM_PCT
+            memory, sm = hinted(spec.memory_gb, spec.sm_pct)
             exclusive = banded = history = False
-            whole = gpus > 1 or self.mode == "exclusive"
         else:
             memory, sm, exclusive = known.memory_mib, known.sm_pct, known.exclusive
             banded, history = known.membw_pct is not None, known.source == "history"
-            whole = self._whole(gpus, exclusive)
+        # A job placed on whole GPUs is judged by its memory alone (`_whole_gpus`): its
+        # frontier point has no SM, so any job of its shape needing as much is dominated.
+        whole = self._whole(gpus, exclusive)
         demand: Demand | None = None
         if not (gpus <= len(station.gpu_states) and memory < plain):
             largest = largest_gpu_mib(station)
