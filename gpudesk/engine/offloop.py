@@ -14,6 +14,9 @@ Bounds, so one member cannot use up the workers:
   runs a subprocess gives it its own timeout below this bound, so threads do not pile up.
 - `WORKERS` threads in all; at most `PER_USER` pieces of one user's work in flight or waiting.
   More are refused at once, naming the limit.
+- A thread still held past its task's bound (a user database that never answers, a hung NFS
+  read) is replaced, so that `WORKERS` stay free for everyone else; it retires once it returns.
+  At most `MOST_THREADS` in all: beyond that, work waits for a thread as before.
 
 A handler whose work is long but needs the loop's state (a cancel of thousands of jobs) answers
 `NextTurn` instead (`in_turns` makes one of a generator that yields between its slices): each
@@ -50,6 +53,8 @@ WORKERS = 4
 # Assumption: a user with 2 slow requests in flight (two terminals following logs) is normal;
 # more would let one member hold every worker.
 PER_USER = 2
+# Assumption: 12 threads stuck at once means the machine itself is failing; more would not help.
+MOST_THREADS = 4 * WORKERS
 
 
 # A service's (what, work, done, bound_s) for `submit`, counted against no user: done(None) where
@@ -111,6 +116,8 @@ class _Task:
     what: str
     bound_s: float
     settled: bool = False
+    running: bool = False  # a thread has taken it
+    replaced: bool = False  # that thread was stuck in it past its bound: it ends when it returns
 
 
 @dataclass
@@ -128,6 +135,7 @@ class OffLoop:
     _in_flight: list[_Task] = field(default_factory=list)
     _threads: list[threading.Thread] = field(default_factory=list)
     _turns: deque[Callable[[], None]] = field(default_factory=deque)  # NextTurn steps, in order
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def submit(
         self,
@@ -174,6 +182,7 @@ class OffLoop:
         now = time.monotonic()
         for task in list(self._in_flight):
             if now >= task.deadline:
+                self._replace_if_stuck(task)
                 self._settle(
                     task,
                     None,
@@ -204,9 +213,17 @@ class OffLoop:
         except Exception:
             log.exception("finishing %s failed", task.what)
 
+    def _replace_if_stuck(self, task: _Task) -> None:
+        """Past its bound: where a thread is still in `task`, another takes its place."""
+        with self._lock:
+            task.replaced = task.running and len(self._threads) < MOST_THREADS
+        if task.replaced:
+            self._start_thread()
+
     def _start_thread(self) -> None:
         thread = threading.Thread(target=self._run, name="gpudesk-offloop", daemon=True)
-        self._threads.append(thread)
+        with self._lock:
+            self._threads.append(thread)
         thread.start()
 
     def _run(self) -> None:
@@ -216,9 +233,16 @@ class OffLoop:
                 return
             if task.settled:
                 continue  # timed out while waiting for a thread
+            task.running = True
             try:
                 result, error = task.work(), None
             except BaseException as exc:  # handed to the loop, which builds the reply
                 result, error = None, exc
+            with self._lock:
+                task.running = False
+                if task.replaced:
+                    self._threads.remove(threading.current_thread())
             self._done.put((task, result, error))
             self.wake()
+            if task.replaced:
+                return

@@ -154,3 +154,41 @@ def test_one_user_cannot_hold_every_worker(engine: Engine) -> None:
     finally:
         for client in clients:
             client.close()
+
+
+def test_threads_stuck_past_their_bound_are_replaced_and_retire_when_they_return() -> None:
+    """A user database that never answers holds each thread that asks it: past the bound the
+    loop answers, and a fresh thread takes the stuck one's place, so other members' work still
+    runs; once the stuck work returns, the pool shrinks back to its size."""
+    wakes = threading.Event()
+    offloop = OffLoop(wakes.set)
+    hung = threading.Event()
+    answers: dict[str, tuple[Any, BaseException | None]] = {}
+
+    def answered(what: str) -> Callable[[Any, BaseException | None], None]:
+        return lambda result, error: answers.__setitem__(what, (result, error))
+
+    def turn_until(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while not done():
+            assert time.monotonic() < deadline, f"still waiting; answers so far: {answers}"
+            wakes.wait(offloop.poll_timeout(0.05))
+            wakes.clear()
+            offloop.deliver()
+
+    try:
+        for n in range(offloop.workers):  # as many hung lookups as there are workers
+            offloop.submit(None, f"lookup {n}", hung.wait, answered(f"lookup {n}"), 0.2)
+        turn_until(lambda: len(answers) == offloop.workers)
+        assert all(isinstance(error, TimeoutError) for _, error in answers.values())
+        offloop.submit(None, "a log read", lambda: "read", answered("read"), DEADLINE_S)
+        turn_until(lambda: "read" in answers)
+        assert answers["read"] == ("read", None)  # not "took longer than": a thread was free
+        assert len(offloop._threads) == 2 * offloop.workers
+    finally:
+        hung.set()
+    deadline = time.monotonic() + DEADLINE_S
+    while len(offloop._threads) > offloop.workers:
+        assert time.monotonic() < deadline, "the replaced threads did not retire"
+        time.sleep(0.01)
+    offloop.close()

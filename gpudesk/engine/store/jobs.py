@@ -410,27 +410,11 @@ class JobTables(StoreConnection):
                 conn.execute(
                     "UPDATE jobs SET preemptions = preemptions + 1 WHERE id = ?", (attempt.job_id,)
                 )
-            if job_state.terminal:
-                self._transition(
-                    conn,
-                    attempt.job_id,
-                    job_state,
-                    message,
-                    now,
-                    ended_at=ended_at,
-                    exit_code=exit_code,
-                    reason=message,
-                )
-            else:
-                self._transition(
-                    conn,
-                    attempt.job_id,
-                    job_state,
-                    message,
-                    now,
-                    exit_code=exit_code,
-                    reason=message,
-                )
+            ending: dict[str, float | None] = {"exit_code": exit_code}
+            if job_state.terminal:  # else requeued, not ended
+                ending["ended_at"] = ended_at
+            job_id = attempt.job_id
+            self._transition(conn, job_id, job_state, message, now, reason=message, **ending)
 
     def abandon_attempt(
         self, attempt: AttemptRecord, reason: str, now: float | None = None
