@@ -492,6 +492,8 @@ def _print_users_and_stores(status: StationStatus) -> None:
         how = (
             f"failing since {render.clock(store.error_since)}: {printable_message(store.error)}"
             if store.error
+            else "its tracking worker is starting"
+            if store.starting
             else "ok"
         )
         dropped = f", {store.dropped} metric points dropped" if store.dropped else ""

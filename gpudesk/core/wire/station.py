@@ -253,6 +253,9 @@ class TrackingHealth(WireModel, frozen=True):
     error: str | None
     error_since: float | None
     dropped: int
+    # its owner's tracking worker is being started: whom it runs as is asked of the user
+    # database off the engine's loop (the updates wait for it meanwhile)
+    starting: bool = False
 
 
 class LoopRequest(WireModel, frozen=True):
