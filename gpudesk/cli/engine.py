@@ -492,7 +492,8 @@ def _print_engine_and_station(status: StationStatus, home: Home) -> None:
 
 
 def _print_users_and_stores(status: StationStatus) -> None:
-    """Fair share by user, the MLflow stores' health, and the latest station changes."""
+    """Fair share by user, the MLflow stores' health, the shared loaders starting or not
+    serving, and the latest station changes."""
     from gpudesk import render
 
     say = _sayer()
@@ -508,6 +509,8 @@ def _print_users_and_stores(status: StationStatus) -> None:
         how = (
             f"failing since {render.clock(store.error_since)}: {printable_message(store.error)}"
             if store.error
+            else "its tracking worker is starting"
+            if store.starting
             else "ok"
         )
         dropped = f", {store.dropped} metric points dropped" if store.dropped else ""
@@ -515,6 +518,10 @@ def _print_users_and_stores(status: StationStatus) -> None:
             f"mlflow:  {printable_message(store.mlflow_uri)} ({store.user}): {how}; "
             f"{store.queued} update(s) queued{dropped}"
         )
+    for loader in status.loaders:
+        if loader.starting or loader.problem:
+            how = "starting" if loader.starting else printable_message(str(loader.problem))
+            say(f"loader:  {loader.name}: {how}")
     for change in status.station_changes:
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(change.ts))
         say(f"changed: {stamp} {printable_message(change.message)}")  # an old row's ESC too

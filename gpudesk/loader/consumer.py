@@ -189,7 +189,7 @@ class SharedLoader:
     def _no_producer(self, wait: float, info: dict[str, Any] | None) -> str:
         """Why there is no producer to read, and what to do, in one paragraph."""
         fallback = ", and no local fallback was asked for (pass factory=... and fallback=True)"
-        if info and info.get("not_started"):  # by a station's engine (station_access.py)
+        if info and info.get("not_started") and not info.get("given_up"):  # station_access.py
             return (
                 f"{self._failed_producer(info)}. Fix that (or ask the station's admin to): the "
                 f"engine tries again for the next job naming the dataset{fallback}"
@@ -237,10 +237,11 @@ class SharedLoader:
         """A producer's final failure (`final_failure`), for the user: the dataset, the reason,
         and the engine's log of it."""
         assert info is not None
-        if info.get("not_started"):
+        if info.get("not_started"):  # what the engine said (station_access.not_started)
+            engine = "the station's engine" if self.home.is_system else "the engine"
             return (
-                f"the station's engine did not start the producer of the shared loader "
-                f"{self.name!r}: {final_failure(info)}"
+                f"{engine} did not start the producer of the shared loader {self.name!r}: "
+                f"{final_failure(info)}"
             )
         log = f" (its log: {self._log})" if info.get("managed") else ""
         return (
@@ -282,7 +283,7 @@ class SharedLoader:
                     )
                     said = True
                 deadline = max(deadline, time.monotonic() + PREPARING_POLL_S)
-            elif self.home.is_system and (refused := not_started(self.home, self.name)):
+            elif refused := not_started(self.home, self.name):
                 return refused  # the engine did not start it: waiting for it is in vain
             if time.monotonic() >= deadline:
                 return None

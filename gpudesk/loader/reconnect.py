@@ -2,6 +2,7 @@
 
 Under the engine, which restarts the producer, the consumer waits for the new one up to its
 resume wait (`GPUDESK_LOADER_RESUME_S`, 30 s for a producer the engine manages; `resume_s`),
+or until the engine says it does not start one (`station_access.not_started`: it gave up),
 through a pre-pass it prepares, and reconnects saying the epoch it is in and the batches of it
 it already has: the producer gives it the rest of that epoch. Batches it had received but not
 yet handed out are asked for again, and the samples of a half-used batch are skipped; every
@@ -25,6 +26,7 @@ from gpudesk.loader.protocol import (
     read_info,
     stopping_reason,
 )
+from gpudesk.loader.station_access import not_started
 
 if TYPE_CHECKING:
     from gpudesk.loader.consumer import SharedLoader
@@ -79,6 +81,8 @@ def reconnect(loader: SharedLoader, why: str) -> None:
             with contextlib.suppress(ProducerStopped):  # then wait on for another
                 loader._connect(info, resume=True)
                 return
+        elif refused := not_started(loader.home, loader.name):  # it gave up restarting it
+            raise LoaderError(f"{why}; {loader._failed_producer(refused)}")
         time.sleep(0.1)
     raise LoaderError(
         f"{why}; this consumer cannot go on. "

@@ -7,7 +7,8 @@ has a folder of its own in the station's socket folder, made by root, handed to 
 
     /run/gpudesk/               root:GROUP 0750 (the station's socket folder)
       loaders/                  root 0755: only root adds a name here
-        .not-started-NAME.json  root 0644: why the engine did not start NAME's producer
+        .not-started-NAME.json  root 0644: why the engine did not start NAME's producer (a
+                                personal engine writes its own in its loaders folder)
         NAME/                   OWNER:GROUP, 0700 (share = "private") or 2750 (share = "group")
           NAME.ctl NAME.fd      the producer's sockets: 0600, or 0660 when shared
           NAME.json NAME.lock   its info file (0640 when shared) and its lock
@@ -149,25 +150,33 @@ def prepare_folder(home: Home, name: str, owner: Identity, group: int | None, sh
 
 
 def not_started_path(home: Home, name: str) -> Path:
-    """Where a station's engine says why it did not start a loader's producer: root's file in
-    root's loaders folder, under a name no loader's folder has (none starts with a dot)."""
+    """Where the engine says why it did not start (or gave up restarting) a loader's producer:
+    in its loaders folder (a station's: root's), under a name no loader's files have (none
+    starts with a dot)."""
     return home.loader_dir / f".not-started-{name}.json"
 
 
-def say_not_started(home: Home, name: str, why: str) -> None:
-    """As root, on the loop (quick): why the producer was not started (its owner refused, or
-    not known in time), for the jobs started with it, whose consumers wait for it
-    (`not_started`): they stop waiting at once and say why, as for a producer that failed.
-    Best effort: a consumer that finds nothing waits its START_WAIT_S, as before."""
+def say_not_started(home: Home, name: str, why: str, given_up: bool = False) -> None:
+    """As the engine (a station's: root), on the loop (quick): why the producer was not started
+    (a station's owner refused, or not known in time; a launch that failed) or is not restarted
+    (it kept dying), for the jobs waiting for it (`not_started`): they stop waiting at once
+    and say why, as for a producer that failed. Best effort: a consumer that finds nothing
+    waits its START_WAIT_S (or resume wait), as before. `given_up`: restarted no more until
+    its dataset is registered again (else the next job naming it tries again)."""
     path = not_started_path(home, name)
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     said = {"name": name, "failed": why, "transient": False, "not_started": True}
+    said |= {"given_up": given_up}
+    mode = 0o644 if home.is_system else 0o600  # a station's engine's umask is 077: users read it
     with contextlib.suppress(OSError, UnsafePath):
-        _root_folder(home.loader_dir)
+        if home.is_system:
+            _root_folder(home.loader_dir)
+        else:
+            home.private_subdir(home.loader_dir)
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(tmp, flags, 0o644)
+        fd = os.open(tmp, flags, mode)
         try:
-            os.fchmod(fd, 0o644)  # the engine's umask is 077: its jobs' users read it
+            os.fchmod(fd, mode)
             os.write(fd, json.dumps(said).encode())
         finally:
             os.close(fd)
@@ -175,15 +184,17 @@ def say_not_started(home: Home, name: str, why: str) -> None:
 
 
 def forget_not_started(home: Home, name: str) -> None:
-    """As root, as the producer is started again: its jobs' consumers wait for this one."""
+    """As the engine, as the producer is started again: its jobs' consumers wait for this one."""
     with contextlib.suppress(OSError):
         not_started_path(home, name).unlink()
 
 
 def not_started(home: Home, name: str) -> dict[str, Any] | None:
-    """What the station's engine said of a producer it did not start (`say_not_started`: a
-    final failure, `protocol.final_failure`, with `not_started`), read only as root's file."""
-    said = read_info(not_started_path(home, name), 0)
+    """What the engine said of a producer it did not start or gave up (`say_not_started`: a
+    final failure, `protocol.final_failure`, with `not_started`), read only as the engine's
+    file: on a station root's, on a personal engine this user's (its engine's). Read by every
+    consumer waiting for a producer, first or resuming: one check for all."""
+    said = read_info(not_started_path(home, name), 0 if home.is_system else os.geteuid())
     return said if said and final_failure(said) is not None and said.get("not_started") else None
 
 

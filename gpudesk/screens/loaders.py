@@ -38,7 +38,9 @@ def loader_line(loader: LoaderView) -> Text:
         text.append(f", selection {chosen.preset} ({chosen.kept} of {chosen.of} samples)")
     elif spec.selection:
         text.append(f", selection {spec.selection}")
-    if not loader.running:
+    if loader.problem:  # a restart waiting its turn, or why it is not started again
+        text.append(f"  ({'' if loader.running else 'stopped: '}{loader.problem})", style="yellow")
+    elif not loader.running:
         text.append("  (stopped)", style="dim")
     elif loader.starting:  # a station's: whom it runs as is being asked of the user database
         text.append("  (starting)", style="dim")

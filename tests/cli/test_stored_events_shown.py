@@ -86,3 +86,35 @@ def test_engine_status_spells_out_what_it_quotes_of_the_station_and_the_stores(
     ):
         assert spelled in out, out
     assert not {"\x1b", "\x07", "\x9b"} & set(out), out
+
+
+def test_engine_status_says_what_is_starting_and_a_loader_not_serving(
+    engine: EngineHandle, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tracking worker whose owner is being asked of the user database is shown starting, as
+    a station's producer is; a producer that is not serving says why. Both in the status text
+    and its JSON (the wire's fields)."""
+    from gpudesk.api.models import LoaderView, TrackingHealth, to_builtins
+    from gpudesk.cli.engine import _print_users_and_stores
+
+    spec = {"name": "syn", "factory": "m:make", "args": {}, "batch_size": 8, "workers": 0}
+    spec |= {"seed": 0, "slots": 8, "shuffle": True, "selection": None}
+    spec |= {"selection_target": None, "selection_target_args": {}}
+    loader = {"pid": None, "spec": spec, "running": True, "restarts": 0, "cpu_s": None}
+    loader |= {"unshared_cpu_s": None, "saved_cpu_s": None, "status": None}
+    loaders = [
+        msgspec.convert({**loader, "name": "syn", "starting": True}, LoaderView),
+        msgspec.convert({**loader, "name": "gone", "problem": "it died \x1b[2J"}, LoaderView),
+    ]
+    store = {"user": "ada", "uid": 1000, "mlflow_uri": "http://m/", "queued": 2, "error": None}
+    store |= {"error_since": None, "dropped": 0, "starting": True}
+    status = msgspec.structs.replace(
+        engine.api.status(), loaders=loaders, tracking=[msgspec.convert(store, TrackingHealth)]
+    )
+    _print_users_and_stores(status)
+    out = capsys.readouterr().out
+    assert "mlflow:  http://m/ (ada): its tracking worker is starting; 2 update(s)" in out, out
+    assert "loader:  syn: starting" in out and r"loader:  gone: it died \x1b[2J" in out, out
+    shown = to_builtins(status)
+    assert shown["tracking"][0]["starting"] and shown["loaders"][0]["starting"], shown
+    assert shown["loaders"][1]["problem"] == "it died \x1b[2J", shown

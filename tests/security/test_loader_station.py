@@ -232,6 +232,65 @@ def test_a_refused_producer_start_tells_its_waiting_job_at_once(
     assert not [line for line in said if "died" in line], said
 
 
+# A job reading its loader until it fails, slowly, saying each epoch it read.
+SLOW_READER = textwrap.dedent("""
+    import sys, time
+    from gpudesk.loader import SharedLoader
+    loader = SharedLoader(sys.argv[1], with_ids=True, fallback=False)
+    for epoch in range(100_000):
+        for _batch in loader:
+            time.sleep(0.05)
+        print(f"epoch {epoch} read", flush=True)
+""")
+
+
+@on_station
+@pytest.mark.slow(20)
+def test_a_members_producer_that_cannot_be_restarted_is_given_up_and_her_job_told(
+    station: tuple[Station, str, Path],
+) -> None:
+    """Her producer dies while her job reads it, and every restart is refused at launch (root's
+    log of it is a link, which the engine does not open through): the engine tries 5 times,
+    backing off, then gives up and says why in root's file, which her consumer, resuming, reads
+    at once (before: never tried again, and she waited her 30 s out). Nothing of hers is read:
+    the word is root's, 0644, in root's loaders folder."""
+    from gpudesk.loader.station_access import not_started_path
+    from gpudesk.paths import Home
+
+    st, python, _ = station
+    name = "givenup"
+    reader = st.state_dir.parent / "slow_reader.py"
+    reader.write_text(SLOW_READER)
+    reader.chmod(0o644)
+    st.ok(None, "datasets", datasets=[dataset(name)])
+    job = {"name": "reads", "command": [python, str(reader), name], "workdir": "/"}
+    job_id = st.submit("ada", {**job, "dataset": name})
+    output = st.state_dir / "jobs" / str(job_id) / "1" / "output.log"
+    deadline = time.monotonic() + 60
+    while not output.exists() or "epoch 0 read" not in output.read_text(errors="replace"):
+        assert time.monotonic() < deadline, st.job(job_id)
+        time.sleep(0.1)
+    log = st.state_dir / "loaders" / f"{name}.log"
+    log.unlink()
+    log.symlink_to(os.devnull)
+    producer = producer_of(st, name)
+    producer.kill()
+    killed = time.monotonic()
+    done = st.wait_state(job_id, "failed", "succeeded", timeout=90)
+    took = time.monotonic() - killed
+    said = " ".join(output.read_text(errors="replace").split())
+    assert done["state"] == "failed", said
+    assert took < 25, (took, said)
+    assert f"the station's engine did not start the producer of the shared loader {name!r}" in said
+    assert "after 5 restarts in a row" in said and "registered again" in said, said
+    home = Home.system(st.socket, st.state_dir)
+    word = not_started_path(home, name).stat()
+    assert word.st_uid == 0 and stat.S_IMODE(word.st_mode) == 0o644
+    events = [line for line in st.log.read_text().splitlines() if f"loader {name!r}" in line]
+    assert len([line for line in events if "restarting it, attempt" in line]) == 5, events
+    assert len([line for line in events if "given up" in line]) == 1, events
+
+
 def test_share_and_owner_are_checked() -> None:
     assert DatasetSpec.from_dict(dataset("d", share="group")).argv()[-2:] == ["--share", "group"]
     assert "--share" not in DatasetSpec.from_dict(dataset("d")).argv()

@@ -371,7 +371,8 @@ def test_while_the_user_database_does_not_answer_a_tracking_workers_start_waits_
     """A member's tracking worker runs as her, as the user database has her now, with her HOME
     from it: asked on a worker thread (trust.known_environment), her run's updates queued for it
     meanwhile, and started once the database answers (before: on the loop, as her job was
-    placed, every client waiting out the silent database with it)."""
+    placed, every client waiting out the silent database with it). Status marks it starting
+    meanwhile, as it marks a producer whose owner is being asked."""
     station, userdb = slow_nss_user_python_station
     ada = station.users["ada"]
     tracking = {"mlflow_uri": "http://127.0.0.1:1/", "experiment": "slow"}  # no store answers
@@ -384,6 +385,7 @@ def test_while_the_user_database_does_not_answer_a_tracking_workers_start_waits_
         started, status = released_into_silence(station, silent, job_id, asked)
         [store] = [s for s in status["result"]["tracking"] if s["uid"] == ada.uid]
         assert store.get("error") is None and store["queued"], store  # her run waits for it
+        assert store["starting"], store  # shown as a producer being started is
         assert time.monotonic() - started < 5.0
         assert _tracking_worker(ada.uid) is None
     finally:
@@ -397,4 +399,6 @@ def test_while_the_user_database_does_not_answer_a_tracking_workers_start_waits_
         assert time.monotonic() < deadline, station.ok(None, "status")["tracking"]
         time.sleep(0.2)
     assert worker.uids().real == ada.uid
+    [store] = [s for s in station.ok(None, "status")["tracking"] if s["uid"] == ada.uid]
+    assert not store.get("starting"), store  # sent only when set (omit_defaults)
     assert station.wait_state(job_id, "succeeded", "failed", timeout=60)["state"] == "succeeded"

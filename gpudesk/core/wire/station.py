@@ -225,6 +225,9 @@ class LoaderView(WireModel, frozen=True):
     status: LoaderStatus | None
     # a station's producer whose owner is being asked of the user database (not yet started)
     starting: bool = False
+    # why it is not serving: it died and a restart waits its turn (loader.restarts), or why it
+    # is not started again (failed for good, or given up after its restarts); None: it serves
+    problem: str | None = None
 
 
 class UserShare(WireModel, frozen=True):
@@ -250,6 +253,9 @@ class TrackingHealth(WireModel, frozen=True):
     error: str | None
     error_since: float | None
     dropped: int
+    # its owner's tracking worker is being started: whom it runs as is asked of the user
+    # database off the engine's loop (the updates wait for it meanwhile)
+    starting: bool = False
 
 
 class LoopRequest(WireModel, frozen=True):

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -41,6 +41,7 @@ from gpudesk.loader.protocol import (
     process_alive,
     read_info,
 )
+from gpudesk.loader.restarts import Restarts
 from gpudesk.loader.station_access import (
     OWNER_BOUND_S,
     Launch,
@@ -65,7 +66,6 @@ STOP_GRACE_S = 10.0  # an unneeded producer is stopped after this long (a sweep'
 ENV_GRACE_S = "GPUDESK_LOADER_GRACE_S"  # overrides it (tests; stations with slow sweeps)
 STATUS_EVERY_S = 2.0
 STATUS_WORK = "asking the shared loaders for their status"
-RESTART_LIMIT = 5  # restarts in a row without a consumer connecting: then give up
 RESUME_S = 30  # how long a managed job's consumer waits for its producer to come back
 CHECK_EVERY_S = 0.5  # how often the engine has producers checked (restarted, stopped)
 # A producer told to stop (SIGTERM) that is still there after this long is killed. Assumption:
@@ -82,12 +82,7 @@ class _Producer:
     # it is still that process, never one that took the number after it ended
     create_time: float | None = None
     unneeded_since: float | None = None
-    # Two counts, as they answer two questions: `restarts`, every restart after a death since
-    # the engine started it (what status reports; it once shared the second's reset and read 0
-    # after any restart its consumers reconnected to); `failing`, the restarts since a
-    # consumer last connected (what RESTART_LIMIT bounds: a producer that cannot serve).
-    restarts: int = 0
-    failing: int = 0
+    restarts: Restarts = field(default_factory=Restarts)
     last_status: dict[str, Any] | None = None
     # The GPU of the job that needed it when it started (its CUDA_VISIBLE_DEVICES entry): a
     # dataset served with device = "cuda" or "auto" stages its batches there (loader/staging.py)
@@ -224,9 +219,9 @@ class LoaderSupervisor:
         home, spec = self.home, producer.spec
         # staging on a GPU: where its dataset stages there (not "cpu"), and a job's GPU is known
         ours = producer_variables(home, (spec.device != "cpu" and producer.gpu) or None)
+        forget_not_started(home, spec.name)  # its jobs' consumers wait for this start
         if home.system_socket is None:
             return self._spawn(producer, {**os.environ, "GPUDESK_HOME": str(home.root), **ours})
-        forget_not_started(home, spec.name)  # its jobs' consumers wait for this start
         ask = partial(launch_as, spec.owner, producer.owner, folder_owner(home, spec.name), ours)
         if self.offload is None:  # a supervisor built alone: in place
             return self._spawn(producer, ask())
@@ -261,11 +256,12 @@ class LoaderSupervisor:
                     why = self._launch(producer, out, who)
                 finally:
                     os.close(out)
+        producer.restarts.launch_failed = why
         if why is not None:
             producer.process, producer.pid = None, None
             self.events.append(f"shared loader {name!r} not started: {why}")
-            if self.home.system_socket is not None:  # its jobs' consumers stop waiting for it
-                say_not_started(self.home, name, why)
+            if not producer.restarts.failing:  # a restart's is tried again (`_restart`)
+                say_not_started(self.home, name, why)  # its jobs' consumers stop waiting
             return
         assert producer.process is not None
         producer.pid, producer.create_time = producer.process.pid, None
@@ -346,21 +342,8 @@ class LoaderSupervisor:
                 continue
             if name in needed:
                 producer.unneeded_since = None
-                if producer.pid is None and not alive:
-                    continue  # never started (`_spawn` said why): a job needing it tries again
                 if not alive and name not in self.stopping:  # not dead: waiting its turn
-                    code = producer.process.returncode if producer.process else None
-                    if producer.failing >= RESTART_LIMIT:
-                        continue
-                    producer.failing += 1
-                    producer.restarts += 1
-                    self.events.append(
-                        f"shared loader {name!r} (pid {producer.pid}) died "
-                        f"(exit {code}); restarting it, attempt "
-                        f"{producer.failing} of {RESTART_LIMIT} — its "
-                        f"consumers resume their epoch"
-                    )
-                    self._start(producer)
+                    self._restart(producer, now)
                 continue
             if not alive:
                 self.producers.pop(name)
@@ -377,6 +360,22 @@ class LoaderSupervisor:
             elif not self._asking:
                 self._asking = True
                 self.offload(STATUS_WORK, self.ask_status(), self._asked, self.status_bound_s())
+
+    def _restart(self, producer: _Producer, now: float) -> None:
+        """A needed producer is down: started again after its death, or after a restart that
+        could not be launched (`loader.restarts`: backing off, a bounded number of times);
+        given up after that, its consumers told why, as of one that failed for good."""
+        restarts, name = producer.restarts, producer.spec.name
+        if producer.pid is None and not restarts.failing:
+            return  # never started (`_spawn` said why): a job needing it tries again
+        why = restarts.down(producer.pid, producer.process)
+        if restarts.exhausted:
+            self.failed[name] = reason = restarts.given_up(why, self.home.loader_log(name))
+            self.events.append(f"shared loader {name!r} given up: {reason}")
+            say_not_started(self.home, name, reason, given_up=True)  # its consumers stop waiting
+        elif said := restarts.take(now, why):
+            self.events.append(f"shared loader {name!r} {said} — its consumers resume")
+            self._start(producer)
 
     def _failed_for_good(self, producer: _Producer) -> bool:
         """Whether this dataset's producer, not running now, failed for good (noting it, with
@@ -436,9 +435,9 @@ class LoaderSupervisor:
                 msgspec.convert(status, LoaderStatus)
             except msgspec.ValidationError:
                 return  # the last good report stands
-            producer.last_status = status
+            producer.last_status, producer.restarts.problem = status, None  # it serves
             if status.get("consumers"):
-                producer.failing = 0  # it works: a later death starts a fresh count
+                producer.restarts.served()  # it works: a later death starts a fresh count
 
     def stop(self, name: str, why: str) -> None:
         """Stop a producer now, waiting for it (up to STOP_WAIT_S, then a kill): for the
@@ -514,11 +513,6 @@ class LoaderSupervisor:
         for name in [n for n in [*self.producers, *self.stopping] if n not in keep]:
             self.stop(name, why)
 
-    def reap(self) -> None:
-        for producer in self.producers.values():
-            if producer.process is not None:
-                producer.process.poll()
-
     def summary(self) -> list[dict[str, Any]]:
         """Per dataset: the producer's latest status and the CPU sharing saved, for views and
         the run report."""
@@ -533,7 +527,8 @@ class LoaderSupervisor:
                     "spec": producer.spec.to_dict(),
                     "running": name in self.producers,
                     "starting": producer.starting,
-                    "restarts": producer.restarts,
+                    "restarts": producer.restarts.total,
+                    "problem": self.failed.get(name) or producer.restarts.problem,
                     **cpu_saving(status),
                     "status": status or None,
                 }

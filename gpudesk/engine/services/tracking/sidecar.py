@@ -71,6 +71,7 @@ class WorkerState:
     pid: int | None = None
     restarts: int = 0
     problem: str | None = None  # why it is not running, when it is not
+    starting: bool = False  # whom it runs as is being asked off the loop (`ensure_running`)
 
 
 class Sidecar:
@@ -130,7 +131,7 @@ class Sidecar:
             self._started(known_environment(self.owner, **WORKER_ENV) if self.owner else None)
             return
         # whom it runs as, asked of the user database off the loop; started on its answer
-        self.next_start = now + OWNER_BOUND_S  # meanwhile, not started again
+        self.next_start, self.state.starting = now + OWNER_BOUND_S, True  # not started again
         ask, done = partial(known_environment, self.owner, **WORKER_ENV), self._asked
         self.offload(f"asking whom uid {self.uid}'s worker runs as", ask, done, OWNER_BOUND_S)
 
@@ -140,6 +141,7 @@ class Sidecar:
     def _started(self, who: RunsAs | str | None) -> None:
         """Start the worker as `who` says: whom, with what environment (None: the engine's own
         user), or why not."""
+        self.state.starting = False
         try:
             if isinstance(who, str):
                 raise OwnerGone(who)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from gpudesk.core.wire.station import TrackingHealth
 from gpudesk.engine.services.tracking.replies import Complaints, EventBudget
-from gpudesk.engine.services.tracking.sidecar import Sidecar
+from gpudesk.engine.services.tracking.sidecar import Sidecar, WorkerState
 from gpudesk.engine.store.database import Store
 from gpudesk.redact import redact_secrets
 from gpudesk.text import safe_text
@@ -42,15 +42,16 @@ class StoreHealth:
     dropped: int = 0
     events: EventBudget = field(default_factory=EventBudget)  # its failing and recovering
 
-    def view(self, user: str, unsent: int, problem: str | None, whole: bool) -> TrackingHealth:
+    def view(self, user: str, unsent: int, worker: WorkerState, whole: bool) -> TrackingHealth:
         return TrackingHealth(
             user=user,
             uid=self.uid,
             mlflow_uri=self.uri if whole else redact_secrets(self.uri),
             queued=self.queued + unsent,
-            error=self.error or problem,
+            error=self.error or worker.problem,
             error_since=self.since,
             dropped=self.dropped,
+            starting=worker.starting,
         )
 
 
@@ -121,6 +122,6 @@ class StoreHealths:
         for (uid, _uri), health in sorted(stores.items()):
             worker = workers.get(uid)
             unsent = len(worker.outbox) if worker else 0
-            problem = worker.state.problem if worker else None
-            shown.append(health.view(name(uid), unsent, problem, sees_secrets(uid)))
+            state = worker.state if worker else WorkerState(uid)  # none yet: nothing to say
+            shown.append(health.view(name(uid), unsent, state, sees_secrets(uid)))
         return shown
