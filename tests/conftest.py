@@ -509,15 +509,18 @@ def inner_pytest(*args: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def module_engine(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[EngineHandle]:
+def module_engine(
+    tmp_path_factory: pytest.TempPathFactory, name: str, **start: object
+) -> Iterator[EngineHandle]:
     """`engine` for a module-scoped fixture: one real daemon the module's tests share (put them
-    in one xdist group, so one worker makes it once), in a home of its own; stopped after."""
+    in one xdist group, so one worker makes it once), in a home of its own, started with
+    `start` (EngineHandle.start's arguments); stopped after."""
     with (
         pytest.MonkeyPatch.context() as monkeypatch,
         home_at(tmp_path_factory.mktemp(name) / "home", monkeypatch) as home,
     ):
         handle = EngineHandle(home)
-        handle.start()
+        handle.start(**start)  # type: ignore[arg-type]
         yield handle
         handle.client.close()  # `home_at` stops the engine
 

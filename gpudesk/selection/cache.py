@@ -33,11 +33,12 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from gpudesk.paths import Home, default_home, private_dir, resolve_home
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ARRAYS = ("order", "labels", "duplicates")
 META = "meta.json"
@@ -162,7 +163,7 @@ class SelectionCache:
                 array = getattr(entry, name)
                 if array is None:
                     continue
-                data = _npy_bytes(np.asarray(array, dtype=np.int64))
+                data = _npy_bytes(array)
                 (staging / f"{name}.npy").write_bytes(data)
                 sums[name] = hashlib.sha256(data).hexdigest()
             meta = {
@@ -275,7 +276,7 @@ class SelectionCache:
             if hashlib.sha256(data).hexdigest() != sums[name]:
                 raise CorruptEntry(f"{name}.npy does not match its checksum")
             try:
-                arrays[name] = np.load(io.BytesIO(data), allow_pickle=False)
+                arrays[name] = _npy_array(data)
             except ValueError as exc:
                 raise CorruptEntry(f"{name}.npy: {exc}") from None
         order = arrays.get("order")
@@ -333,7 +334,18 @@ class SelectionCache:
         )
 
 
+# numpy is imported where an entry's arrays are written or read, not with this module: every
+# `gpudesk run` imports the cache (its report names the pre-passes' entries and costs), and
+# importing numpy is ~0.1 s of CPU, half of such a command's own (docs/benchmarks.md).
 def _npy_bytes(array: np.ndarray) -> bytes:
+    import numpy as np
+
     buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
+    np.save(buffer, np.asarray(array, dtype=np.int64), allow_pickle=False)
     return buffer.getvalue()
+
+
+def _npy_array(data: bytes) -> np.ndarray:
+    import numpy as np
+
+    return np.load(io.BytesIO(data), allow_pickle=False)

@@ -3,8 +3,10 @@ command line that names one loads that module alone."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer.main
-from conftest import cli_in_fresh_python
+from conftest import EngineHandle, cli_in_fresh_python
 
 from gpudesk.cli.main import GROUP_MODULES, ROOT_COMMANDS, build_app, modules_for
 
@@ -48,3 +50,20 @@ def test_gpudesk_queue_help_imports_no_other_command_module() -> None:
     assert "gpudesk.cli.jobs" in loaded
     others = {f"gpudesk.cli.{m}" for m in ROOT_COMMANDS.values() if m != "jobs"}
     assert not loaded & others, loaded & others
+
+
+def test_a_profile_run_and_its_report_import_no_numpy_pandas_torch_or_mlflow(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """`gpudesk run` to its report needs none of them, and each would cost every run ~0.1-1.5 s
+    of CPU before it starts: numpy came with the selection cache, which the report asks for the
+    pre-passes' entries (docs/benchmarks.md)."""
+    profile = tmp_path / "p.toml"
+    profile.write_text(
+        'name = "p"\n[station]\nbackend = "none"\nslots = 2\n'
+        '[[jobs]]\nname = "a"\ncommand = ["true"]\n'
+    )
+    printed, modules = cli_in_fresh_python(["run", str(profile)])
+    assert "p: 1 succeeded" in printed, printed
+    heavy = {"numpy", "pandas", "torch", "mlflow"}
+    assert not modules & heavy, modules & heavy

@@ -12,27 +12,32 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from conftest import EngineHandle, Run, wait_for
+from conftest import EngineHandle, Run, module_engine, wait_for
 
 from gpudesk import render
-from gpudesk.paths import Home
 
 LONG = "resnet50-imagenet-lr0.1-bs256-wd1e-4-cosine-warmup5-seed1234"  # 60 characters
 NAMES = ("a", LONG, "medium-name-sweep-01", "bert-finetune-squad-v2-lr3e-5", "x1", "eval-42")
 Station = tuple[EngineHandle, list[int]]
 
 
-@pytest.fixture
-def station(home: Home) -> Iterator[Station]:
-    """Six jobs of names 1 to 60 characters long on two SIMULATED GPUs, some running."""
-    engine = EngineHandle(home)
-    engine.start(backend="sim:h100x2", sample_interval=0.2)
-    light = {"gpus": 1, "memory_gb": 4, "sm_pct": 20, "command": ["sleep", "60"]}
-    ids = engine.submit(*({"name": name, **light} for name in NAMES))
-    engine.wait_state(ids[1], "running")
-    yield engine, ids
-    engine.client.request("cancel", jobs=ids, grace=0)
-    engine.client.close()
+# the module's tests share one station (below): they stay on one worker, which makes it once
+pytestmark = pytest.mark.xdist_group("test_tables_fit")
+
+
+@pytest.fixture(scope="module")
+def station(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Station]:
+    """Six jobs of names 1 to 60 characters long on two SIMULATED GPUs, some running. One
+    station for the module: its tests only read it (a view at a width), and an engine with
+    its six jobs for each of them was ~0.5 CPU-s a test (docs/benchmarks.md)."""
+    with module_engine(
+        tmp_path_factory, "tables-fit", backend="sim:h100x2", sample_interval=0.2
+    ) as engine:
+        light = {"gpus": 1, "memory_gb": 4, "sm_pct": 20, "command": ["sleep", "600"]}
+        ids = engine.submit(*({"name": name, **light} for name in NAMES))
+        engine.wait_state(ids[1], "running")
+        yield engine, ids
+        engine.client.request("cancel", jobs=ids, grace=0)
 
 
 def within(out: str, columns: int) -> list[str]:
