@@ -126,6 +126,16 @@ def engine_start(
     already_done(f"the engine was started all the same (pid {pid}): gpudesk engine status shows it")
     # the home's path spelled out (GPUDESK_HOME may hold an ESC), as in every line here
     print(printable_line(f"engine started (pid {pid}): {home.description}{_simulated(home)}"))
+    if system:
+        _warn_if_members_cannot_run(group)
+
+
+def _warn_if_members_cannot_run(group: str) -> None:
+    from gpudesk.cli.install_reach import members_cannot_run
+
+    warning = members_cannot_run(group)
+    if warning is not None:
+        print(warning, file=sys.stderr)
 
 
 def _simulated(home: Home) -> str:
@@ -586,3 +596,4 @@ def engine_print_unit(
     defaults = Home.system()
     state, runtime = home.root == defaults.root, home.socket_dir == defaults.socket_dir
     sys.stdout.write(unit_text(argv, state_dir=state, runtime_dir=runtime))
+    _warn_if_members_cannot_run(group)  # on stderr: the unit itself goes to `tee`
