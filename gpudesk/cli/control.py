@@ -75,7 +75,7 @@ def drain(
     if state is None:  # an engine cannot answer so, but say something true if it did
         print("not drained")
         return
-    print(state.line() if result.changed else f"already {state.line()} (kept)")
+    print(state.line() if result.changed else f"already {state.line()}: that drain is kept")
 
 
 @control_app.command()
