@@ -475,6 +475,7 @@ def _print_engine_and_station(status: StationStatus, home: Home) -> None:
     if home.is_system:
         say(printable_line(f"talks to: the station's system engine at {home.control_socket}"))
         say(printable_line(f"state:   {status.home}"))
+        say(printable_line(f"serves:  {_members(home)}; admins: {station.admins or 'not said'}"))
     else:
         say(printable_line(f"talks to: the personal engine of {status.home}"))
     say(
@@ -499,6 +500,21 @@ def _print_engine_and_station(status: StationStatus, home: Home) -> None:
         say(f"store:   {printable_message(status.store_problem)}")
     if status.loop is not None and status.loop.requests:
         say(f"loop:    {loop_line(status.loop)}")
+
+
+def _members(home: Home) -> str:
+    """Whom a system engine serves, as the kernel enforces it: the members of its socket
+    folder's group (the engine makes it 0750 root:GROUP, `--group`)."""
+    import grp
+
+    try:
+        gid = home.socket_dir.stat().st_gid
+    except OSError as exc:
+        return f"not known ({home.socket_dir}: {exc.strerror})"
+    try:
+        return f"the members of {grp.getgrgid(gid).gr_name}"
+    except KeyError:
+        return f"the members of group {gid} (a group with no name)"
 
 
 def _print_users_and_stores(status: StationStatus) -> None:

@@ -165,6 +165,14 @@ def test_engine_status_json_names_the_stations_folder_only_while_its_engine_says
         "engine",
         None,
     ), said
+    assert said["station"]["admins"] == f"a member of {station.admin_group}", said
+    # the text says whom it serves (its socket folder's group) and who its admins are
+    serves = f"serves:  the members of {station.group}; admins: a member of {station.admin_group}"
+    for done in (
+        _as_root(station, "engine", "status"),
+        station.gpudesk_as("ada", "engine", "status"),
+    ):
+        assert done.returncode == 0 and serves in done.stdout.splitlines(), done.stdout
 
 
 def _files(folder: Path) -> dict[str, bytes]:

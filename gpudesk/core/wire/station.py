@@ -87,6 +87,9 @@ class StationInfo(StationConfigView, frozen=True, kw_only=True):
     # or why they are not (a port in use, ...).
     metrics_url: str | None = None
     metrics_problem: str | None = None
+    # Who its admins are, as its start named them ("a member of gpudesk-admin", "root"; a
+    # personal engine's: "root or ada (the engine's user)"); None: an engine from before it
+    admins: str | None = None
 
 
 class SlotCounts(WireModel, frozen=True):

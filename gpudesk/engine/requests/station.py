@@ -102,6 +102,7 @@ class StationRequests(Requests):
                 mps=mps,
                 metrics_url=parts.metrics.url,
                 metrics_problem=parts.metrics.problem,
+                admins=parts.access.admins,
             ),
             slots=SlotCounts(total=len(view.slots), busy=len(view.busy_slots)),
             gpus=GpuCounts(
