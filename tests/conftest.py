@@ -319,13 +319,15 @@ def home_at(root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
     monkeypatch.setenv("GPUDESK_HOME", str(root))
     monkeypatch.delenv("GPUDESK_BACKEND", raising=False)
     home = Home(root)
-    yield home
-    handle = EngineHandle(home)
     try:
-        handle.stop()
-    finally:
-        handle.client.close()
-        handle.cleanup_jobs()
+        yield home
+    finally:  # a failed test's engine too: left, it would run on past the suite
+        handle = EngineHandle(home)
+        try:
+            handle.stop()
+        finally:
+            handle.client.close()
+            handle.cleanup_jobs()
 
 
 class EngineInProcess:
