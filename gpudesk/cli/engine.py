@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -402,30 +401,14 @@ def _print_not_running(home: Home) -> None:
     from gpudesk.cli.no_engine import how_to_start
 
     say = _sayer()
-
-    def field(label: str, text: str) -> None:  # prose folded under its label, to 80 columns
-        lines = textwrap.wrap(
-            printable_line(f"{label:<8} {text}"),
-            width=80,
-            subsequent_indent=" " * 9,
-            break_long_words=False,  # a path stays whole, on a line of its own where long
-            break_on_hyphens=False,
-        )
-        for line in lines:
-            say(line)
-
     say("engine: not running")
     if home.is_system:
-        field("talks to:", f"the station's system engine at {home.control_socket}")
-        field(
-            "state:",
-            f"not known while it is down: the --state-dir it was started with "
-            f"({SYSTEM_STATE_DIR} by default), which only the running engine names",
-        )
-        say(printable_line(f"start:   {who_starts(home)}"))  # a command: whole, to copy
+        say(printable_line(f"talks to: the station's system engine at {home.control_socket}"))
+        say(f"state:   not known: {STATE_DIR_UNKNOWN} ({SYSTEM_STATE_DIR} by default)")
+        say(printable_line(f"start:   {who_starts(home)}"))
         return
     named = {"default": "the default home"}.get(source := _home_named_by(), f"from {source}")
-    field("talks to:", f"the personal engine of {home.root} ({named})")
+    say(printable_line(f"talks to: the personal engine of {home.root} ({named})"))
     say(printable_line(f"socket:  {home.control_socket}"))
     say(printable_line(f"start:   {how_to_start(home)}"))
 
