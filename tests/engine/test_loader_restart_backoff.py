@@ -25,6 +25,7 @@ from conftest import EngineHandle, short_home, wait_for
 from test_loader_engine import DATASET, consumer_job, loader_engine, producer_pid
 from test_loader_engine_final import engine_events, supervised
 
+from gpudesk.engine.services.loaders import RESUME_S
 from gpudesk.engine.store.database import Store
 from gpudesk.loader.consumer import START_WAIT_S
 from gpudesk.loader.restarts import FIRST_DELAY_S, RESTART_LIMIT
@@ -32,7 +33,6 @@ from gpudesk.screens.loaders import loader_line
 
 __all__ = ["loader_engine"]  # the fixture, used by name
 
-RESUME_S = 30.0  # how long a resuming consumer waits for a producer (engine RESUME_S)
 ATTEMPT = "restarting it, attempt "
 
 
@@ -55,9 +55,15 @@ def attempts_at(engine: EngineHandle) -> list[float]:
         store.close()
 
 
-def output(engine: EngineHandle, job_id: int) -> str:
+def failed(engine: EngineHandle, job_id: int, timeout: float, since: float) -> tuple[float, str]:
+    """(seconds from `since` until the job ended, what it said): it must end failed."""
+    (done,) = engine.wait_all_done([job_id], timeout=timeout)
+    took = time.monotonic() - since
     text = (engine.home.attempt_dir(job_id, 1) / "output.log").read_text()
-    return " ".join(text.split())  # the paragraph, however the output wrapped it
+    said = " ".join(text.split())  # the paragraph, however the output wrapped it
+    print(f"to failed: {took:.1f} s")
+    assert done.state == "failed", said
+    return took, said
 
 
 @pytest.mark.slow(16)
@@ -70,12 +76,7 @@ def test_a_restart_that_cannot_launch_is_retried_backing_off_then_its_consumer_i
     wait_for(lambda: out.exists() and out.read_text(), 30.0, what="a first epoch")
     refuse_its_log(loader_engine)
     os.kill(pid, signal.SIGKILL)
-    killed = time.monotonic()
-    (done,) = loader_engine.wait_all_done([job_id], timeout=RESUME_S + 30)
-    took = time.monotonic() - killed
-    said = output(loader_engine, job_id)
-    print(f"killed to failed: {took:.1f} s")
-    assert done.state == "failed", said
+    took, said = failed(loader_engine, job_id, RESUME_S + 30, since=time.monotonic())
     # told why, before its resume wait ran out (the 7.5 s of delays, and the engine's ticks)
     assert took < RESUME_S - 5, f"the job took {took:.1f} s to fail: {said}"
     assert "the engine did not start the producer of the shared loader 'syn'" in said, said
@@ -114,11 +115,7 @@ def test_a_personal_engine_that_cannot_launch_a_producer_fails_its_job_at_once(
     job, _out = consumer_job(tmp_path, "first", 1)
     began = time.monotonic()
     (job_id,) = loader_engine.submit(job)
-    (done,) = loader_engine.wait_all_done([job_id], timeout=START_WAIT_S + 30)
-    took = time.monotonic() - began
-    said = output(loader_engine, job_id)
-    print(f"submitted to failed: {took:.1f} s")
-    assert done.state == "failed", said
+    took, said = failed(loader_engine, job_id, START_WAIT_S + 30, since=began)
     assert took < 15.0, f"the job took {took:.1f} s to fail: {said}"
     assert "the engine did not start the producer of the shared loader 'syn'" in said, said
     assert "syn.log" in said and "tries again for the next job" in said, said
@@ -146,11 +143,7 @@ def test_a_personal_engines_producer_that_exits_at_once_fails_its_job_with_the_r
         job, _out = consumer_job(tmp_path, "first", 1)
         began = time.monotonic()
         (job_id,) = engine.submit(job)
-        (done,) = engine.wait_all_done([job_id], timeout=START_WAIT_S + 30)
-        took = time.monotonic() - began
-        said = output(engine, job_id)
-        print(f"submitted to failed: {took:.1f} s")
-        assert done.state == "failed", said
+        took, said = failed(engine, job_id, START_WAIT_S + 30, since=began)
         assert took < START_WAIT_S - 20, f"the job took {took:.1f} s to fail: {said}"
         assert "the engine did not start the producer of the shared loader 'syn'" in said, said
         assert "died (pid " in said and "exit 3)" in said, said
