@@ -208,6 +208,20 @@ def test_an_engine_starts_without_the_simulator() -> None:
     assert [m for m in replay if m in loaded] == []
 
 
+def test_an_engine_starts_without_what_only_some_engines_use() -> None:
+    """Every test's engine and every user's pays for its imports (an engine start's CPU is
+    three quarters import: docs/benchmarks.md, session 59): what only a metrics endpoint (the
+    snapshot), a staging producer (the loader's staging), a job log's cut (ctypes) or a grid
+    code's lookup (the table's readers) uses is imported when one is asked for."""
+    loaded = modules_after("import gpudesk.engine.daemon\n")
+    users = ("gpudesk.engine.services.metrics.exporter", "gpudesk.loader.station_access")
+    users += ("gpudesk.joblog.collapse", "gpudesk.grid")
+    assert [m for m in users if m not in loaded] == []  # the modules that defer them are there
+    deferred = ("gpudesk.metrics.snapshot", "gpudesk.loader.staging", "ctypes", "csv")
+    deferred += ("importlib.resources",)
+    assert [m for m in deferred if m in loaded] == []
+
+
 def test_a_submit_checks_its_options_without_the_placement_policy() -> None:
     """`gpudesk submit` asks gpudesk.policy.job_gates what the engine would refuse of its
     options; the gates import the placement policy (and its learner, the station's config)
