@@ -10,12 +10,8 @@ CLI lists the table and fills codecarbon's country columns from it.
 
 from __future__ import annotations
 
-import csv
-import difflib
 import functools
-import io
 from dataclasses import dataclass
-from importlib import resources
 
 TABLE = "data/grid_intensity.csv"  # in the gpudesk package
 
@@ -45,6 +41,12 @@ class GridRegion:
 @functools.lru_cache(maxsize=1)
 def regions() -> tuple[GridRegion, ...]:
     """Every row, in the table's order (by code)."""
+    # Imported here: the engine and most commands import this module (gpudesk.core.station) and
+    # never read the table; these cost ~5 ms a process.
+    import csv
+    import io
+    from importlib import resources
+
     text = resources.files("gpudesk").joinpath(TABLE).read_text(encoding="utf-8")
     lines = [line for line in text.splitlines() if not line.startswith("#")]
     return tuple(
@@ -92,6 +94,8 @@ _RESERVED = {"UK": "GB", "EL": "GR"}
 def suggestions(code: str) -> str:
     """ "; did you mean FR (France)? `gpudesk grid` lists the codes" or the listing hint: a
     name like the text first ("france", "germny"), else codes like it ("FRX")."""
+    import difflib  # only a mistyped code needs it (as the table's readers, above)
+
     wanted = code.strip()
     by_code = _by_code()
     names = {r.name.lower(): r for r in regions()}

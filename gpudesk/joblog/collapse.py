@@ -21,9 +21,13 @@ does not copy twice each time.
 
 from __future__ import annotations
 
-import ctypes
 import errno
+import functools
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ctypes
 
 FALLOC_FL_KEEP_SIZE = 0x01  # linux/falloc.h
 FALLOC_FL_PUNCH_HOLE = 0x02
@@ -37,7 +41,12 @@ _unsupported_devices: set[int] = set()  # cannot collapse
 _unpunchable_devices: set[int] = set()  # cannot punch a hole either
 
 
+@functools.cache
 def _fallocate() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    """libc's fallocate, found at the first cut: the engine and most commands import the job
+    log (and ctypes, ~2 ms) without ever cutting one."""
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
@@ -47,9 +56,6 @@ def _fallocate() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
         call.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
         call.restype = ctypes.c_int
     return call
-
-
-_FALLOCATE = _fallocate()
 
 
 def collapsible_end(fd: int, size: int) -> int | None:
@@ -66,7 +72,7 @@ def punchable_end(fd: int, size: int) -> int | None:
 
 
 def _head_end(fd: int, size: int, unsupported: set[int]) -> int | None:
-    if _FALLOCATE is None or os.fstat(fd).st_dev in unsupported:
+    if _fallocate() is None or os.fstat(fd).st_dev in unsupported:
         return None
     block = os.fstatvfs(fd).f_bsize
     if block <= 0:
@@ -90,8 +96,11 @@ def punch_head(fd: int, length: int) -> bool:
 
 
 def _call(fd: int, mode: int, length: int, unsupported: set[int]) -> bool:
-    assert _FALLOCATE is not None
-    if _FALLOCATE(fd, mode, 0, length) == 0:
+    import ctypes  # loaded by _fallocate
+
+    fallocate = _fallocate()
+    assert fallocate is not None
+    if fallocate(fd, mode, 0, length) == 0:
         return True
     code = ctypes.get_errno()
     if code in UNSUPPORTED:

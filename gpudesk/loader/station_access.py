@@ -41,7 +41,6 @@ from typing import Any
 from gpudesk.core.identity import Identity, OwnerGone, as_known_now, login_identity, peer_caller
 from gpudesk.loader.orphan import ENV_ENGINE_PID
 from gpudesk.loader.protocol import LoaderError, final_failure, read_info
-from gpudesk.loader.staging import ENV_STAGING
 from gpudesk.paths import Home, UnsafePath, check_station_dir, user_name
 from gpudesk.trust import OWNER_BOUND_S as OWNER_BOUND_S
 from gpudesk.trust import RunsAs as RunsAs
@@ -103,6 +102,10 @@ def producer_variables(home: Home, gpu: str | None) -> dict[str, str]:
     ours = {ENV_ENGINE_PID: str(os.getpid())}
     ours |= {"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {}
     if home.system_socket is not None:
+        # imported here: the engine imports this module, and staging (with the batch layout,
+        # ~3 ms) is the producer's
+        from gpudesk.loader.staging import ENV_STAGING
+
         ours["GPUDESK_SOCKET"] = str(home.system_socket)
         ours |= {ENV_STAGING: os.environ[ENV_STAGING]} if os.environ.get(ENV_STAGING) else {}
     return ours

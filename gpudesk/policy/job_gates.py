@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.protocol import INVALID_ARGS, REFUSED, UNKNOWN_JOB
-from gpudesk.core.records import JobRecord
-from gpudesk.policy.policy import Decision
+
+if TYPE_CHECKING:  # `gpudesk submit` asks submit_problem without importing the policy (~20 ms)
+    from gpudesk.core.records import JobRecord
+    from gpudesk.policy.policy import Decision
 
 BEGIN_TIME = "BeginTime"
 # How a dependency's cancel reason ends once the job is cancelled (here and in
@@ -162,6 +165,8 @@ class ArrayThrottle:
         kept = [p for p in decision.placements if keep(p.job_id)]
         if len(kept) == len(decision.placements):
             return decision
+        from gpudesk.policy.policy import Decision  # the engine's, imported by then (above)
+
         return Decision(kept, decision.rejections, decision.overtaken)
 
 

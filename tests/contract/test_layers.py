@@ -167,19 +167,21 @@ def test_the_tree_keeps_every_contract_and_each_planted_import_breaks_its_own(
         )
 
 
-def gpudesk_modules_after(imports: str) -> list[str]:
-    """The project's modules a fresh Python holds after running `imports`."""
-    program = (
-        "import json, sys\n"
-        + imports
-        + "print(json.dumps(sorted(m for m in sys.modules if m.startswith('gpudesk.'))))\n"
-    )
+def modules_after(imports: str) -> list[str]:
+    """The modules (the project's, the standard library's, ...) a fresh Python holds after
+    running `imports`."""
+    program = "import json, sys\n" + imports + "print(json.dumps(sorted(sys.modules)))\n"
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     loaded: list[str] = json.loads(done.stdout)
     return loaded
+
+
+def gpudesk_modules_after(imports: str) -> list[str]:
+    """The project's modules a fresh Python holds after running `imports`."""
+    return [m for m in modules_after(imports) if m.startswith("gpudesk.")]
 
 
 def test_importing_the_client_library_and_the_vocabulary_loads_no_daemon_module() -> None:
@@ -204,3 +206,29 @@ def test_an_engine_starts_without_the_simulator() -> None:
     assert "gpudesk.engine.station.repartition.control" in loaded  # the MIG control is there
     replay = ("gpudesk.policy.mig_replay", "gpudesk.policy.simulator", "gpudesk.policy.trace")
     assert [m for m in replay if m in loaded] == []
+
+
+def test_an_engine_starts_without_what_only_some_engines_use() -> None:
+    """Every test's engine and every user's pays for its imports (an engine start's CPU is
+    three quarters import: docs/benchmarks.md, session 59): what only a metrics endpoint (the
+    snapshot), a staging producer (the loader's staging), a job log's cut (ctypes) or a grid
+    code's lookup (the table's readers) uses is imported when one is asked for."""
+    loaded = modules_after("import gpudesk.engine.daemon\n")
+    users = ("gpudesk.engine.services.metrics.exporter", "gpudesk.loader.station_access")
+    users += ("gpudesk.joblog.collapse", "gpudesk.grid")
+    assert [m for m in users if m not in loaded] == []  # the modules that defer them are there
+    deferred = ("gpudesk.metrics.snapshot", "gpudesk.loader.staging", "ctypes", "csv")
+    deferred += ("importlib.resources",)
+    assert [m for m in deferred if m in loaded] == []
+
+
+def test_a_submit_checks_its_options_without_the_placement_policy() -> None:
+    """`gpudesk submit` asks gpudesk.policy.job_gates what the engine would refuse of its
+    options; the gates import the placement policy (and its learner, the station's config)
+    only to trim a placement pass, the engine's: a fifth of a submit's CPU (session 59)."""
+    loaded = gpudesk_modules_after(
+        "import gpudesk.cli.submit_job, gpudesk.cli.submit_extras, gpudesk.api.submit\n"
+        "import gpudesk.policy.job_gates\n"
+    )
+    assert "gpudesk.policy.job_gates" in loaded
+    assert [m for m in loaded if m in ("gpudesk.policy.policy", "gpudesk.core.records")] == []

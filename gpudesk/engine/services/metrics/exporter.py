@@ -30,18 +30,11 @@ from gpudesk.engine.station.telemetry_sink import TelemetrySink
 from gpudesk.engine.store.database import Store
 from gpudesk.hw.telemetry.monitor import RawSample
 from gpudesk.metrics.loop_timing import LoopTiming
-from gpudesk.metrics.snapshot import (
-    JobCount,
-    MetricsSnapshot,
-    device_readings,
-    job_counts,
-    loader_figures,
-    running_jobs,
-)
 from gpudesk.paths import user_name
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the snapshot is built only when asked for (`build`): most engines never are
     from gpudesk.metrics.server import MetricsServer
+    from gpudesk.metrics.snapshot import JobCount, MetricsSnapshot
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -189,6 +182,8 @@ class MetricsExporter:
 
     def build(self) -> MetricsSnapshot:
         """What is exported, from the collaborators as they are now (on the loop's thread)."""
+        from gpudesk.metrics import snapshot
+
         monitor = self.telemetry.monitor
         raw = monitor.latest_raw
         energy = {
@@ -197,25 +192,25 @@ class MetricsExporter:
             if (joules := monitor.meter.energy_j(info.index)) is not None
         }
         by_op, by_step = self.loop.histograms()
-        return MetricsSnapshot(
+        return snapshot.MetricsSnapshot(
             backend=monitor.backend.name,
             simulated=monitor.simulated,
             hostname=self.hostname,
             version=__version__,
             taken_at=raw.reading.taken_at if raw is not None else None,
-            devices=device_readings(
+            devices=snapshot.device_readings(
                 raw.reading if raw is not None else None,
                 raw.attempts if raw is not None else (),
                 energy,
             ),
-            running=running_jobs(
+            running=snapshot.running_jobs(
                 self.telemetry.tracked, monitor.usage, self.station.config.grid_intensity
             ),
             jobs=self._job_counts(),
             placements=tuple(sorted(self.activity.placements.items())),
             oom_recoveries=self.activity.oom_recoveries,
             decisions=self.activity.decision_times(),
-            loaders=loader_figures(self.loaders.summary()),
+            loaders=snapshot.loader_figures(self.loaders.summary()),
             requests=by_op,
             steps=by_step,
         )
@@ -227,6 +222,8 @@ class MetricsExporter:
             JOB_COUNTS_EVERY_S
         ):
             self._counts_events, self._counts_at = self.events.job_events, now
+            from gpudesk.metrics.snapshot import job_counts
+
             self._counts = job_counts(self.store.counts_by_owner(), self._user_name)
         return self._counts
 
