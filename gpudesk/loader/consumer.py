@@ -75,7 +75,7 @@ from gpudesk.loader.protocol import (
 )
 from gpudesk.loader.reconnect import resume_epoch
 from gpudesk.loader.ring import Ring
-from gpudesk.loader.station_access import checked_folder, not_started
+from gpudesk.loader.station_access import checked_folder, name_holder, not_started
 from gpudesk.paths import Home, UnsafePath
 
 POLL_MS = 200  # while waiting for a batch, the producer's process is checked this often
@@ -156,6 +156,7 @@ class SharedLoader:
         self._yielded = 0  # batches handed out of the epoch being read
         self._local_start = 0  # the fallback's batches of its next epoch already handed out
         self.ring: Ring | None = None
+        self._passed_over = False  # said that a producer holds the name over the engine's word
         self._choose_device(device)
         # A job the engine started for this dataset had its producer started with it: wait for
         # the producer to come up (it builds the dataset and its first batch) before falling
@@ -283,11 +284,30 @@ class SharedLoader:
                     )
                     said = True
                 deadline = max(deadline, time.monotonic() + PREPARING_POLL_S)
-            elif refused := not_started(self.home, self.name):
+            elif refused := self._engines_word():
                 return refused  # the engine did not start it: waiting for it is in vain
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.05)
+
+    def _engines_word(self) -> dict[str, Any] | None:
+        """What the engine said of a producer it did not start or gave up (`not_started`),
+        unless another producer holds the name now (`name_holder`: one started by hand, coming
+        up), which this consumer waits for instead, saying so once: the engine's word is true
+        of the engine, but no longer why there is no producer to read."""
+        refused = not_started(self.home, self.name)
+        holder = name_holder(self.home, self.name) if refused else None
+        if refused is None or holder is None:
+            return refused
+        if not self._passed_over:
+            self._passed_over = True
+            print(
+                f"waiting for the shared loader {self.name!r}: another producer (pid {holder}) "
+                f"holds its name, although {self._failed_producer(refused)}",
+                file=sys.stderr,
+                flush=True,
+            )
+        return None
 
     # ------------------------------------------------------------- connecting
     def _connect(self, info: dict[str, Any], resume: bool) -> None:

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import pwd
 import shutil
 import socket
 import stat
+import struct
 import threading
 import time
 from pathlib import Path
@@ -193,9 +195,41 @@ def not_started(home: Home, name: str) -> dict[str, Any] | None:
     """What the engine said of a producer it did not start or gave up (`say_not_started`: a
     final failure, `protocol.final_failure`, with `not_started`), read only as the engine's
     file: on a station root's, on a personal engine this user's (its engine's). Read by every
-    consumer waiting for a producer, first or resuming: one check for all."""
+    consumer waiting for a producer, first or resuming: one check for all. A producer that
+    holds the name (`name_holder`) outweighs it: the consumer waits for that one."""
     said = read_info(not_started_path(home, name), 0 if home.is_system else os.geteuid())
     return said if said and final_failure(said) is not None and said.get("not_started") else None
+
+
+# struct flock as Linux's fcntl takes it on 64-bit machines: l_type, l_whence, l_start, l_len,
+# l_pid, padded to its 32 bytes
+_FLOCK = "hhqqi4x"
+
+
+def name_holder(home: Home, name: str) -> int | None:
+    """The pid of a producer that holds the loader's name (its lock, taken as it claims the name,
+    `producer_info.claim`, before it builds its dataset and writes its info file), or None: none
+    does, or this user may not open the lock (another member's: 0600). A producer started by
+    hand (`gpudesk loader serve`) after the engine said it did not start one holds it while it
+    comes up: its consumers wait for it, not for the engine's word. Asked with F_GETLK, which
+    takes no lock (a test lock would make a producer starting that moment fail its claim); the
+    lock opened as untrusted (no link followed, no FIFO waited on)."""
+    from gpudesk.untrusted import open_untrusted
+
+    try:
+        fd = open_untrusted(home.loader_paths(name)[2].with_suffix(".lock"), None)
+    except OSError:
+        return None
+    try:
+        asked = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        kind, _whence, _start, _length, pid = struct.unpack(
+            _FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, asked)
+        )
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return pid if kind != fcntl.F_UNLCK and pid > 0 else None
 
 
 def _root_folder(path: Path) -> None:
