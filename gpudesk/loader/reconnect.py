@@ -2,7 +2,7 @@
 
 Under the engine, which restarts the producer, the consumer waits for the new one up to its
 resume wait (`GPUDESK_LOADER_RESUME_S`, 30 s for a producer the engine manages; `resume_s`),
-or until the engine says it does not start one (`station_access.not_started`: it gave up, and
+or until the engine says it does not start one (`station_access.engines_word`: it gave up, and
 no other producer holds the name), through a pre-pass it prepares, and reconnects saying the
 epoch it is in and the batches of it it already has: the producer gives it the rest of that
 epoch. Batches it had received but not

@@ -40,9 +40,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gpudesk.core.identity import Identity, OwnerGone, as_known_now, login_identity, peer_caller
 from gpudesk.loader.orphan import ENV_ENGINE_PID
 from gpudesk.loader.protocol import LoaderError, final_failure, read_info
+from gpudesk.loader.restarts import RestartNote
 from gpudesk.loader.staging import ENV_STAGING
 from gpudesk.paths import Home, UnsafePath, check_station_dir, user_name
 from gpudesk.trust import OWNER_BOUND_S as OWNER_BOUND_S
@@ -161,14 +164,27 @@ def not_started_path(home: Home, name: str) -> Path:
 def say_not_started(home: Home, name: str, why: str, given_up: bool = False) -> None:
     """As the engine (a station's: root), on the loop (quick): why the producer was not started
     (a station's owner refused, or not known in time; a launch that failed) or is not restarted
-    (it kept dying), for the jobs waiting for it (`not_started`): they stop waiting at once
+    (it kept dying), for the jobs waiting for it (`engines_word`): they stop waiting at once
     and say why, as for a producer that failed. Best effort: a consumer that finds nothing
     waits its START_WAIT_S (or resume wait), as before. `given_up`: restarted no more until
     its dataset is registered again (else the next job naming it tries again)."""
+    said = {"name": name, "failed": why, "transient": False, "not_started": True}
+    _say(home, name, said | {"given_up": given_up})
+
+
+def say_restarting(home: Home, name: str, note: RestartNote | None) -> None:
+    """As the engine, on the loop (quick), as it restarts a producer that went down: how, and
+    which restart in a row this is (`restarts.RestartNote`), where its waiting consumers look
+    (`engines_word`): they wait on, saying it. In the file of `say_not_started`, which the
+    restart's start has just cleared (`forget_not_started`), and which the engine's giving up
+    replaces; cleared again once a restarted one serves a consumer."""
+    if note is not None:
+        _say(home, name, {"name": name, "restarting": msgspec.to_builtins(note)})
+
+
+def _say(home: Home, name: str, said: dict[str, object]) -> None:
     path = not_started_path(home, name)
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    said = {"name": name, "failed": why, "transient": False, "not_started": True}
-    said |= {"given_up": given_up}
     mode = 0o644 if home.is_system else 0o600  # a station's engine's umask is 077: users read it
     with contextlib.suppress(OSError, UnsafePath):
         if home.is_system:
@@ -186,19 +202,26 @@ def say_not_started(home: Home, name: str, why: str, given_up: bool = False) -> 
 
 
 def forget_not_started(home: Home, name: str) -> None:
-    """As the engine, as the producer is started again: its jobs' consumers wait for this one."""
+    """As the engine, as the producer is started again (its jobs' consumers wait for this one),
+    and once a restarted one serves (its restart note is done with)."""
     with contextlib.suppress(OSError):
         not_started_path(home, name).unlink()
 
 
-def not_started(home: Home, name: str) -> dict[str, Any] | None:
-    """What the engine said of a producer it did not start or gave up (`say_not_started`: a
-    final failure, `protocol.final_failure`, with `not_started`), read only as the engine's
-    file: on a station root's, on a personal engine this user's (its engine's). Read by every
-    consumer waiting for a producer, first or resuming: one check for all. A producer that
-    holds the name (`name_holder`) outweighs it: the consumer waits for that one."""
-    said = read_info(not_started_path(home, name), 0 if home.is_system else os.geteuid())
-    return said if said and final_failure(said) is not None and said.get("not_started") else None
+def engines_word(home: Home, name: str) -> dict[str, Any] | None:
+    """What the engine said of a loader's producer, for its consumers: it did not start it, or
+    gave it up (`said_not_started`), or it is restarting it (`restarts.restart_note`). Read
+    only as the engine's file: on a station root's, on a personal engine this user's (its
+    engine's). Read by every consumer waiting for a producer, first or resuming: one check for
+    all. A producer that holds the name (`name_holder`) outweighs a word that it was not
+    started: the consumer waits for that one."""
+    return read_info(not_started_path(home, name), 0 if home.is_system else os.geteuid())
+
+
+def said_not_started(said: dict[str, Any] | None) -> bool:
+    """Whether the engine's word (`engines_word`) is that it did not start the producer, or
+    gave it up: a final failure, `protocol.final_failure`, with `not_started`."""
+    return bool(said and final_failure(said) is not None and said.get("not_started"))
 
 
 # struct flock as Linux's fcntl takes it on 64-bit machines: l_type, l_whence, l_start, l_len,

@@ -310,9 +310,10 @@ def test_what_the_engine_says_of_a_producer_it_did_not_start_is_believed_only_as
     root's file in root's loaders folder, readable by the station's users; one of anyone else's
     there is no such word, and starting the producer again takes the word back."""
     from gpudesk.loader.station_access import (
+        engines_word,
         forget_not_started,
-        not_started,
         not_started_path,
+        said_not_started,
         say_not_started,
     )
     from gpudesk.paths import Home
@@ -322,13 +323,13 @@ def test_what_the_engine_says_of_a_producer_it_did_not_start_is_believed_only_as
     run = tmp_path / "run"
     run.mkdir(mode=0o750)
     home = Home.system(run / "control.sock", tmp_path / "state")
-    assert not_started(home, "d") is None
+    assert engines_word(home, "d") is None
     say_not_started(home, "d", "its declared owner 'x' is not a user of this machine")
-    said = not_started(home, "d")
-    assert said is not None and "'x' is not a user" in said["failed"], said
+    said = engines_word(home, "d")
+    assert said_not_started(said) and said is not None and "'x' is not a user" in said["failed"]
     assert stat.S_IMODE(not_started_path(home, "d").stat().st_mode) == 0o644
     os.chown(not_started_path(home, "d"), 12345, 12345)  # not root's: not the engine's word
-    assert not_started(home, "d") is None
+    assert engines_word(home, "d") is None
     forget_not_started(home, "d")
     assert not not_started_path(home, "d").exists()
 
