@@ -7,8 +7,9 @@ has a folder of its own in the station's socket folder, made by root, handed to 
 
     /run/gpudesk/               root:GROUP 0750 (the station's socket folder)
       loaders/                  root 0755: only root adds a name here
-        .not-started-NAME.json  root 0644: why the engine did not start NAME's producer (a
-                                personal engine writes its own in its loaders folder)
+        .not-started-NAME.json  root 0644: why the engine did not start NAME's producer, or
+                                how the one it restarts went down (a personal engine writes
+                                its own in its loaders folder)
         NAME/                   OWNER:GROUP, 0700 (share = "private") or 2750 (share = "group")
           NAME.ctl NAME.fd      the producer's sockets: 0600, or 0660 when shared
           NAME.json NAME.lock   its info file (0640 when shared) and its lock
