@@ -5,9 +5,9 @@ resume wait (`GPUDESK_LOADER_RESUME_S`, 30 s for a producer the engine manages; 
 or until the engine says it does not start one (`station_access.engines_word`: it gave up, and
 no other producer holds the name), through a pre-pass it prepares, and reconnects saying the
 epoch it is in and the batches of it it already has: the producer gives it the rest of that
-epoch. Batches it had received but not
-yet handed out are asked for again, and the samples of a half-used batch are skipped; every
-batch is made under its own seed, so what is made again is what was lost. A producer that
+epoch. Batches it had received but not yet handed out are asked for again, and the samples of
+a half-used batch are skipped; every batch is made under its own seed, so what is made again
+is what was lost. A producer that
 failed for good, or one with other settings, ends the wait with the reason; outside the engine
 there is nothing to wait for, and it says what to do.
 """

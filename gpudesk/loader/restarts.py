@@ -15,6 +15,7 @@ engine had no helper of it to share.)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from dataclasses import dataclass
@@ -95,9 +96,8 @@ class Restarts:
         its restart was not launched."""
         if pid is None:
             return f"could not be restarted ({self.launch_failed})"
-        code = process.returncode if process else None
-        how = f"killed by {signal.Signals(-code).name}" if code and code < 0 else f"exit {code}"
         line = last_line(log, self.log_from)
+        how = ended(process.returncode if process else None)
         return f"died (pid {pid}, {how}" + (f"; its log's last line: {line})" if line else ")")
 
     def given_up(self, why: str, log: Path) -> str:
@@ -112,6 +112,17 @@ class Restarts:
     @property
     def exhausted(self) -> bool:
         return self.failing >= RESTART_LIMIT
+
+
+def ended(code: int | None) -> str:
+    """A producer's exit status as said: `exit N`, a signal by its name where it has one
+    (`killed by SIGKILL`), `exit None` where not known (a producer adopted, not the engine's
+    child)."""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):  # a real-time signal has no name
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit {code}"
 
 
 def last_line(log: Path, since: int) -> str | None:

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpudesk.loader.restarts import FIRST_DELAY_S, LINE_MAX, RESTART_LIMIT, Restarts, last_line
+from gpudesk.loader.restarts import (
+    FIRST_DELAY_S,
+    LINE_MAX,
+    RESTART_LIMIT,
+    Restarts,
+    ended,
+    last_line,
+)
 
 
 def restarted_at(restarts: Restarts, until: float, step: float = 0.01) -> list[float]:
@@ -71,3 +78,4 @@ def test_how_a_producer_went_down_names_its_exit_and_its_own_last_line(tmp_path:
     killed.wait()
     assert f"(pid {killed.pid}, killed by SIGKILL;" in restarts.down(killed.pid, killed, log)
     assert restarts.down(killed.pid, killed, tmp_path / "none.log").endswith("SIGKILL)")
+    assert ended(-40) == "killed by signal 40" and ended(None) == "exit None"  # SIGRTMIN+6
