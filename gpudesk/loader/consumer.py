@@ -214,6 +214,13 @@ class SharedLoader:
                 "again (`gpudesk run` with its profile does), else with `gpudesk loader serve`"
             )
             return f"{self._failed_producer(info)}. {again}{fallback}"
+        if (holder := name_holder(self.home, self.name)) is not None:  # one started, not ready
+            return (
+                f"the producer of the shared loader {self.name!r} (pid {holder}) holds its name "
+                "but does not serve yet (it builds its dataset and its first batch)"
+                + (f"; this consumer waited {wait:.0f} s for it" if wait else "")
+                + f". Run this again once it serves (`gpudesk loader status`){fallback}"
+            )
         start = (
             "the engine starts one for the jobs naming a dataset an admin registered (a "
             "profile's [datasets] table)"
