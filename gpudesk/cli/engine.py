@@ -371,6 +371,7 @@ def engine_status(json_out: bool = typer.Option(False, "--json", help="Print JSO
             {"running": True, "kind": kind, "socket": str(home.control_socket)}
             | to_builtins(status)
             | {"home_source": "engine", "home_unknown": None}
+            | {"served_group": _served_group_or_none(home)}
         )
         return
     _print_engine_and_station(status, home)
@@ -488,16 +489,37 @@ def _print_engine_and_station(status: StationStatus, home: Home) -> None:
 def _members(home: Home) -> str:
     """Whom a system engine serves, as the kernel enforces it: the members of its socket
     folder's group (the engine makes it 0750 root:GROUP, `--group`)."""
-    import grp
-
     try:
-        gid = home.socket_dir.stat().st_gid
+        group = _served_group(home)
     except OSError as exc:
         return f"not known ({home.socket_dir}: {exc.strerror})"
+    if isinstance(group, int):
+        return f"the members of group {group} (a group with no name)"
+    return f"the members of {group}"
+
+
+def _served_group(home: Home) -> str | int:
+    """The group of a system engine's socket folder, which the kernel holds every connection
+    to: its name, or its gid where the group has no name. Read here, by the client, as the
+    kernel has it (the engine's word would be what it was started with). Raises OSError."""
+    import grp
+
+    gid = home.socket_dir.stat().st_gid
     try:
-        return f"the members of {grp.getgrgid(gid).gr_name}"
+        return grp.getgrgid(gid).gr_name
     except KeyError:
-        return f"the members of group {gid} (a group with no name)"
+        return gid
+
+
+def _served_group_or_none(home: Home) -> str | int | None:
+    """`--json`'s `served_group`: as `_served_group`; null for a personal engine, which serves
+    its own user, and where the socket folder cannot be read."""
+    if not home.is_system:
+        return None
+    try:
+        return _served_group(home)
+    except OSError:
+        return None
 
 
 def _print_users_and_stores(status: StationStatus) -> None:

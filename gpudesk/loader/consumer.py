@@ -74,8 +74,14 @@ from gpudesk.loader.protocol import (
     stopping_reason,
 )
 from gpudesk.loader.reconnect import resume_epoch
+from gpudesk.loader.restarts import RestartNote, restart_note
 from gpudesk.loader.ring import Ring
-from gpudesk.loader.station_access import checked_folder, not_started
+from gpudesk.loader.station_access import (
+    checked_folder,
+    engines_word,
+    name_holder,
+    said_not_started,
+)
 from gpudesk.paths import Home, UnsafePath
 
 POLL_MS = 200  # while waiting for a batch, the producer's process is checked this often
@@ -94,6 +100,10 @@ class SharedLoader:
     dataset_len: int
     producer_batch: int
     identity: Any  # the producer's settings, as its info file says them
+    # Said once on stderr while waiting (`_engines_word`): that a producer holds the name over
+    # the engine's word that it did not start one; the engine's restart note last said.
+    _passed_over: bool
+    _note_said: RestartNote | None
 
     def __init__(
         self,
@@ -156,6 +166,7 @@ class SharedLoader:
         self._yielded = 0  # batches handed out of the epoch being read
         self._local_start = 0  # the fallback's batches of its next epoch already handed out
         self.ring: Ring | None = None
+        self._passed_over, self._note_said = False, None  # what of the engine's word it said
         self._choose_device(device)
         # A job the engine started for this dataset had its producer started with it: wait for
         # the producer to come up (it builds the dataset and its first batch) before falling
@@ -203,6 +214,13 @@ class SharedLoader:
                 "again (`gpudesk run` with its profile does), else with `gpudesk loader serve`"
             )
             return f"{self._failed_producer(info)}. {again}{fallback}"
+        if (holder := name_holder(self.home, self.name)) is not None:  # one started, not ready
+            return (
+                f"the producer of the shared loader {self.name!r} (pid {holder}) holds its name "
+                "but does not serve yet (it builds its dataset and its first batch)"
+                + (f"; this consumer waited {wait:.0f} s for it" if wait else "")
+                + f". Run this again once it serves (`gpudesk loader status`){fallback}"
+            )
         start = (
             "the engine starts one for the jobs naming a dataset an admin registered (a "
             "profile's [datasets] table)"
@@ -237,7 +255,7 @@ class SharedLoader:
         """A producer's final failure (`final_failure`), for the user: the dataset, the reason,
         and the engine's log of it."""
         assert info is not None
-        if info.get("not_started"):  # what the engine said (station_access.not_started)
+        if info.get("not_started"):  # what the engine said (station_access.engines_word)
             engine = "the station's engine" if self.home.is_system else "the engine"
             return (
                 f"{engine} did not start the producer of the shared loader {self.name!r}: "
@@ -253,7 +271,7 @@ class SharedLoader:
         """The info of the live producer for this name, waiting up to `wait` s for one, and for
         as long as a live one says it is preparing (a data selection's pre-pass); or, at once,
         the info of one that failed for good (`final_failure`), or what a station's engine said
-        of one it did not start (`not_started`): waiting for it is in vain."""
+        of one it did not start (`_engines_word`): waiting for it is in vain."""
         try:
             # never trust an info file in someone else's folder; on a station, one line when
             # the loader is not shared with this user
@@ -283,11 +301,36 @@ class SharedLoader:
                     )
                     said = True
                 deadline = max(deadline, time.monotonic() + PREPARING_POLL_S)
-            elif refused := not_started(self.home, self.name):
+            elif refused := self._engines_word():
                 return refused  # the engine did not start it: waiting for it is in vain
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.05)
+
+    def _engines_word(self) -> dict[str, Any] | None:
+        """What the engine said of a producer it did not start or gave up (`engines_word`),
+        unless another producer holds the name now (`name_holder`: one started by hand, coming
+        up), which this consumer waits for instead, saying so once: the engine's word is true
+        of the engine, but no longer why there is no producer to read. While the engine is
+        restarting the producer, it says how that one went down, once a restart, and waits on."""
+        said = engines_word(self.home, self.name)
+        note = restart_note(said)
+        if note is not None and note != self._note_said:
+            self._note_said = note
+            print(note.line(self.name), file=sys.stderr, flush=True)
+        refused = said if said_not_started(said) else None
+        holder = name_holder(self.home, self.name) if refused else None
+        if refused is None or holder is None:
+            return refused
+        if not self._passed_over:
+            self._passed_over = True
+            print(
+                f"waiting for the shared loader {self.name!r}: another producer (pid {holder}) "
+                f"holds its name, although {self._failed_producer(refused)}",
+                file=sys.stderr,
+                flush=True,
+            )
+        return None
 
     # ------------------------------------------------------------- connecting
     def _connect(self, info: dict[str, Any], resume: bool) -> None:

@@ -2,11 +2,12 @@
 
 Under the engine, which restarts the producer, the consumer waits for the new one up to its
 resume wait (`GPUDESK_LOADER_RESUME_S`, 30 s for a producer the engine manages; `resume_s`),
-or until the engine says it does not start one (`station_access.not_started`: it gave up),
-through a pre-pass it prepares, and reconnects saying the epoch it is in and the batches of it
-it already has: the producer gives it the rest of that epoch. Batches it had received but not
-yet handed out are asked for again, and the samples of a half-used batch are skipped; every
-batch is made under its own seed, so what is made again is what was lost. A producer that
+or until the engine says it does not start one (`station_access.engines_word`: it gave up, and
+no other producer holds the name), through a pre-pass it prepares, and reconnects saying the
+epoch it is in and the batches of it it already has: the producer gives it the rest of that
+epoch. Batches it had received but not yet handed out are asked for again, and the samples of
+a half-used batch are skipped; every batch is made under its own seed, so what is made again
+is what was lost. A producer that
 failed for good, or one with other settings, ends the wait with the reason; outside the engine
 there is nothing to wait for, and it says what to do.
 """
@@ -26,7 +27,6 @@ from gpudesk.loader.protocol import (
     read_info,
     stopping_reason,
 )
-from gpudesk.loader.station_access import not_started
 
 if TYPE_CHECKING:
     from gpudesk.loader.consumer import SharedLoader
@@ -81,7 +81,7 @@ def reconnect(loader: SharedLoader, why: str) -> None:
             with contextlib.suppress(ProducerStopped):  # then wait on for another
                 loader._connect(info, resume=True)
                 return
-        elif refused := not_started(loader.home, loader.name):  # it gave up restarting it
+        elif refused := loader._engines_word():  # it gave up restarting it
             raise LoaderError(f"{why}; {loader._failed_producer(refused)}")
         time.sleep(0.1)
     raise LoaderError(

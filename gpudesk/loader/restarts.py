@@ -15,12 +15,47 @@ engine had no helper of it to share.)
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
+from typing import Any
+
+import msgspec
 
 RESTART_LIMIT = 5  # restarts in a row without a consumer connecting: then give up
 FIRST_DELAY_S = 0.5  # before the second restart in a row; doubled before each after it
+# What of the producer's log is read for its last line: its end, at most this much (its
+# traceback's last line, the exception, is well within it), and the line cut to LINE_MAX
+TAIL_BYTES = 4096
+LINE_MAX = 200
+
+
+class RestartNote(msgspec.Struct, frozen=True):
+    """What the engine says, where the producer's waiting consumers look
+    (`station_access.say_restarting`), of a producer it is restarting: how it went down and
+    which restart in a row this is. They wait on, saying it, rather than in silence until the
+    engine gives up."""
+
+    why: str  # `Restarts.down`: "died (pid P, exit N; its log's last line: ...)", or not launched
+    attempt: int  # of `limit`
+    limit: int = RESTART_LIMIT
+
+    def line(self, name: str) -> str:
+        return (
+            f"waiting for the shared loader {name!r}: its producer {self.why}; the engine "
+            f"restarts it (attempt {self.attempt} of {self.limit})"
+        )
+
+
+def restart_note(said: dict[str, Any] | None) -> RestartNote | None:
+    """The restart note in what the engine said (`station_access.engines_word`), or None."""
+    try:
+        return msgspec.convert((said or {}).get("restarting"), RestartNote)
+    except msgspec.ValidationError:
+        return None
 
 
 @dataclass
@@ -34,10 +69,14 @@ class Restarts:
     due_at: float = 0.0  # monotonic: the next restart not before
     problem: str | None = None  # why it is down while a restart waits its turn (status says)
     launch_failed: str | None = None  # why its latest start was not launched, if it was not
+    log_from: int = 0  # where the latest start's lines begin in its log (its size then)
+    note: RestartNote | None = None  # the latest restart's, for its consumers (`take`)
 
-    def served(self) -> None:
-        """A consumer connected: it works, and a later death starts a fresh count."""
-        self.failing, self.due_at = 0, 0.0
+    def served(self) -> bool:
+        """A consumer connected: it works, and a later death starts a fresh count. Whether it
+        had been failing (a restart note of it is then done with)."""
+        failing, self.failing, self.due_at = self.failing, 0, 0.0
+        return failing > 0
 
     def take(self, now: float, why: str) -> str | None:
         """The producer is down (`why`: it died, or its restart could not be launched) and not
@@ -48,14 +87,18 @@ class Restarts:
         self.total += 1
         self.due_at = now + FIRST_DELAY_S * 2 ** (self.failing - 1)
         self.problem = f"{why}; restarting it ({self.failing} of {RESTART_LIMIT} at most)"
+        self.note = RestartNote(why, self.failing)
         return f"{why}; restarting it, attempt {self.failing} of {RESTART_LIMIT}"
 
-    def down(self, pid: int | None, process: Popen[bytes] | None) -> str:
+    def down(self, pid: int | None, process: Popen[bytes] | None, log: Path) -> str:
         """Why the producer is down: its process `pid` ended (`process`: the engine's child, its
-        exit status known; else adopted); no `pid`, its restart was not launched."""
+        exit status known; else adopted), with the last line it wrote to its `log`; no `pid`,
+        its restart was not launched."""
         if pid is None:
             return f"could not be restarted ({self.launch_failed})"
-        return f"died (pid {pid}, exit {process.returncode if process else None})"
+        line = last_line(log, self.log_from)
+        how = ended(process.returncode if process else None)
+        return f"died (pid {pid}, {how}" + (f"; its log's last line: {line})" if line else ")")
 
     def given_up(self, why: str, log: Path) -> str:
         """Why the engine starts it no more (`why`: how it is down), for its consumers; the
@@ -69,3 +112,41 @@ class Restarts:
     @property
     def exhausted(self) -> bool:
         return self.failing >= RESTART_LIMIT
+
+
+def ended(code: int | None) -> str:
+    """A producer's exit status as said: `exit N`, a signal by its name where it has one
+    (`killed by SIGKILL`), `exit None` where not known (a producer adopted, not the engine's
+    child)."""
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):  # a real-time signal has no name
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit {code}"
+
+
+def last_line(log: Path, since: int) -> str | None:
+    """The last line that is not blank in `log` past offset `since` (what the latest start
+    wrote), printable and cut to LINE_MAX, or None. The log is the engine's own file (on a
+    station root's, in its state folder), written by the producer through the descriptor it
+    was started with: opened as untrusted all the same (no link followed, no FIFO waited on)
+    and read at its end only, so the engine's loop reads 4 KiB at most."""
+    from gpudesk.untrusted import open_untrusted
+
+    try:
+        fd = open_untrusted(log, os.geteuid())
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        start = max(since, size - TAIL_BYTES)
+        tail = os.pread(fd, size - start, start) if size > start else b""
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    lines = [line.strip() for line in tail.decode(errors="replace").splitlines() if line.strip()]
+    if not lines:
+        return None
+    shown = "".join(c if c.isprintable() else "?" for c in lines[-1])
+    return shown if len(shown) <= LINE_MAX else f"{shown[: LINE_MAX - 1]}…"

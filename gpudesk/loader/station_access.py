@@ -7,8 +7,9 @@ has a folder of its own in the station's socket folder, made by root, handed to 
 
     /run/gpudesk/               root:GROUP 0750 (the station's socket folder)
       loaders/                  root 0755: only root adds a name here
-        .not-started-NAME.json  root 0644: why the engine did not start NAME's producer (a
-                                personal engine writes its own in its loaders folder)
+        .not-started-NAME.json  root 0644: why the engine did not start NAME's producer, or
+                                how the one it restarts went down (a personal engine writes
+                                its own in its loaders folder)
         NAME/                   OWNER:GROUP, 0700 (share = "private") or 2750 (share = "group")
           NAME.ctl NAME.fd      the producer's sockets: 0600, or 0660 when shared
           NAME.json NAME.lock   its info file (0640 when shared) and its lock
@@ -27,20 +28,25 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import pwd
 import shutil
 import socket
 import stat
+import struct
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from gpudesk.core.identity import Identity, OwnerGone, as_known_now, login_identity, peer_caller
 from gpudesk.loader.orphan import ENV_ENGINE_PID
 from gpudesk.loader.protocol import LoaderError, final_failure, read_info
+from gpudesk.loader.restarts import RestartNote
 from gpudesk.paths import Home, UnsafePath, check_station_dir, user_name
 from gpudesk.trust import OWNER_BOUND_S as OWNER_BOUND_S
 from gpudesk.trust import RunsAs as RunsAs
@@ -162,14 +168,27 @@ def not_started_path(home: Home, name: str) -> Path:
 def say_not_started(home: Home, name: str, why: str, given_up: bool = False) -> None:
     """As the engine (a station's: root), on the loop (quick): why the producer was not started
     (a station's owner refused, or not known in time; a launch that failed) or is not restarted
-    (it kept dying), for the jobs waiting for it (`not_started`): they stop waiting at once
+    (it kept dying), for the jobs waiting for it (`engines_word`): they stop waiting at once
     and say why, as for a producer that failed. Best effort: a consumer that finds nothing
     waits its START_WAIT_S (or resume wait), as before. `given_up`: restarted no more until
     its dataset is registered again (else the next job naming it tries again)."""
+    said = {"name": name, "failed": why, "transient": False, "not_started": True}
+    _say(home, name, said | {"given_up": given_up})
+
+
+def say_restarting(home: Home, name: str, note: RestartNote | None) -> None:
+    """As the engine, on the loop (quick), as it restarts a producer that went down: how, and
+    which restart in a row this is (`restarts.RestartNote`), where its waiting consumers look
+    (`engines_word`): they wait on, saying it. In the file of `say_not_started`, which the
+    restart's start has just cleared (`forget_not_started`), and which the engine's giving up
+    replaces; cleared again once a restarted one serves a consumer."""
+    if note is not None:
+        _say(home, name, {"name": name, "restarting": msgspec.to_builtins(note)})
+
+
+def _say(home: Home, name: str, said: dict[str, object]) -> None:
     path = not_started_path(home, name)
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    said = {"name": name, "failed": why, "transient": False, "not_started": True}
-    said |= {"given_up": given_up}
     mode = 0o644 if home.is_system else 0o600  # a station's engine's umask is 077: users read it
     with contextlib.suppress(OSError, UnsafePath):
         if home.is_system:
@@ -187,18 +206,57 @@ def say_not_started(home: Home, name: str, why: str, given_up: bool = False) -> 
 
 
 def forget_not_started(home: Home, name: str) -> None:
-    """As the engine, as the producer is started again: its jobs' consumers wait for this one."""
+    """As the engine, as the producer is started again (its jobs' consumers wait for this one),
+    and once a restarted one serves (its restart note is done with)."""
     with contextlib.suppress(OSError):
         not_started_path(home, name).unlink()
 
 
-def not_started(home: Home, name: str) -> dict[str, Any] | None:
-    """What the engine said of a producer it did not start or gave up (`say_not_started`: a
-    final failure, `protocol.final_failure`, with `not_started`), read only as the engine's
-    file: on a station root's, on a personal engine this user's (its engine's). Read by every
-    consumer waiting for a producer, first or resuming: one check for all."""
-    said = read_info(not_started_path(home, name), 0 if home.is_system else os.geteuid())
-    return said if said and final_failure(said) is not None and said.get("not_started") else None
+def engines_word(home: Home, name: str) -> dict[str, Any] | None:
+    """What the engine said of a loader's producer, for its consumers: it did not start it, or
+    gave it up (`said_not_started`), or it is restarting it (`restarts.restart_note`). Read
+    only as the engine's file: on a station root's, on a personal engine this user's (its
+    engine's). Read by every consumer waiting for a producer, first or resuming: one check for
+    all. A producer that holds the name (`name_holder`) outweighs a word that it was not
+    started: the consumer waits for that one."""
+    return read_info(not_started_path(home, name), 0 if home.is_system else os.geteuid())
+
+
+def said_not_started(said: dict[str, Any] | None) -> bool:
+    """Whether the engine's word (`engines_word`) is that it did not start the producer, or
+    gave it up: a final failure, `protocol.final_failure`, with `not_started`."""
+    return bool(said and final_failure(said) is not None and said.get("not_started"))
+
+
+# struct flock as Linux's fcntl takes it on 64-bit machines: l_type, l_whence, l_start, l_len,
+# l_pid, padded to its 32 bytes
+_FLOCK = "hhqqi4x"
+
+
+def name_holder(home: Home, name: str) -> int | None:
+    """The pid of a producer that holds the loader's name (its lock, taken as it claims the name,
+    `producer_info.claim`, before it builds its dataset and writes its info file), or None: none
+    does, or this user may not open the lock (another member's: 0600). A producer started by
+    hand (`gpudesk loader serve`) after the engine said it did not start one holds it while it
+    comes up: its consumers wait for it, not for the engine's word. Asked with F_GETLK, which
+    takes no lock (a test lock would make a producer starting that moment fail its claim); the
+    lock opened as untrusted (no link followed, no FIFO waited on)."""
+    from gpudesk.untrusted import open_untrusted
+
+    try:
+        fd = open_untrusted(home.loader_paths(name)[2].with_suffix(".lock"), None)
+    except OSError:
+        return None
+    try:
+        asked = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        kind, _whence, _start, _length, pid = struct.unpack(
+            _FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, asked)
+        )
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return pid if kind != fcntl.F_UNLCK and pid > 0 else None
 
 
 def _root_folder(path: Path) -> None:

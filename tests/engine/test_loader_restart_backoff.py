@@ -150,3 +150,68 @@ def test_a_personal_engines_producer_that_exits_at_once_fails_its_job_with_the_r
         assert f"after {RESTART_LIMIT} restarts in a row" in said, said
         assert "loader register" not in said and "registering the dataset again" in said, said
         assert len(attempts_at(engine)) == RESTART_LIMIT
+
+
+# A dataset module that says why on stderr (the producer's log) and ends the process as it is
+# imported: an exit status that is not EXIT_FINAL, so the engine restarts it.
+SAYS_WHY_AND_EXITS = (
+    "import os, sys\n"
+    "print('gd_says_why: cannot reach /data/syn: mount it first', file=sys.stderr, flush=True)\n"
+    "os._exit(3)\n"
+)
+
+
+@pytest.mark.slow(14)
+def test_while_a_producer_that_exits_at_once_is_restarted_its_job_and_status_say_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From its first restart on (not only once the engine gives up, ~9 s later), the job's
+    consumer says on stderr how the producer went down (its exit status and its log's last
+    line) and which restart this is, and the engine's status says the same as the loader's
+    problem (`engine status`'s `loader:` line). The restarts themselves are as before."""
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "gd_says_why.py").write_text(SAYS_WHY_AND_EXITS)
+    monkeypatch.setenv("PYTHONPATH", str(modules))  # the engine's, and so its producers'
+    with short_home("gd-why-", monkeypatch) as home:
+        engine = EngineHandle(home)
+        engine.start(slots=2)
+        engine.client.request("datasets", datasets=[{**DATASET, "factory": "gd_says_why:m"}])
+        job, _out = consumer_job(tmp_path, "first", 1)
+        began = time.monotonic()
+        (job_id,) = engine.submit(job)
+        log = engine.home.attempt_dir(job_id, 1) / "output.log"
+        why = "exit 3; its log's last line: gd_says_why: cannot reach /data/syn: mount it first"
+
+        def said() -> str:
+            return " ".join(log.read_text().split()) if log.exists() else ""
+
+        # the engine's status, while it restarts it
+        view = wait_for(
+            lambda: (
+                (v := supervised(engine, "syn")).problem and "restarting it (" in v.problem and v
+            ),
+            30.0,
+            what="the loader's problem while it is restarted",
+        )
+        assert why in str(view.problem), view
+        assert f" of {RESTART_LIMIT} at most)" in str(view.problem), view
+        # the job's consumer, while it still waits (from the restart after its start-up on)
+        wait_for(
+            lambda: (
+                "the engine restarts it (attempt " in said()
+                or engine.job(job_id).state != "running"
+            ),
+            30.0,
+            what="the job's consumer to say the producer is restarted",
+        )
+        noted = time.monotonic() - began
+        assert engine.job(job_id).state == "running", said()
+        took, text = failed(engine, job_id, START_WAIT_S + 30, since=began)
+        print(f"first note at {noted:.1f} s; failed at {took:.1f} s")
+        assert "waiting for the shared loader 'syn': its producer died (pid " in text, text
+        assert why in text, text
+        counts = [text.count(f"(attempt {n} of {RESTART_LIMIT})") for n in range(1, 6)]
+        assert max(counts) == 1 and counts[-1] == 1, text  # each restart said once, the last too
+        assert f"after {RESTART_LIMIT} restarts in a row" in text, text  # then given up, as before
+        assert len(attempts_at(engine)) == RESTART_LIMIT

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import short_home, wait_for
@@ -132,3 +133,46 @@ def test_status_of_a_name_no_loader_can_have_is_a_usage_error(home: Home, as_jso
         [*GPUDESK, "loader", "status", "nosuch", *as_json], capture_output=True, text=True
     )
     assert good.returncode == 0, good
+
+
+# The synthetic dataset, built only once the test opens its gate (a file)
+GATED = (
+    "import os, time\n"
+    "from gpudesk.workloads.synthetic import make_dataset\n"
+    "def make(gate, **kwargs):\n"
+    "    while not os.path.exists(gate):\n"
+    "        time.sleep(0.05)\n"
+    "    return make_dataset(**kwargs)\n"
+)
+
+
+def test_a_consumer_finding_a_producer_that_does_not_serve_yet_says_so(
+    home: Home, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A producer started by hand that holds its name but builds its dataset (no info file
+    yet): a consumer outside the engine (it waits for none) says that one does not serve yet,
+    not that no loader is running and to start one."""
+    from gpudesk.loader.protocol import LoaderError
+    from gpudesk.loader.station_access import name_holder
+
+    (tmp_path / "gd_gated_hand.py").write_text(GATED)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    gate = tmp_path / "gate"
+    producer = serve("--dataset", "gd_gated_hand:make", "--arg", f'gate="{gate}"')
+    try:
+        pid = wait_for(lambda: name_holder(home, "syn"), 60.0, what="the producer's claim")
+        with pytest.raises(LoaderError) as refused:
+            SharedLoader("syn", fallback=False)
+        said = str(refused.value)
+        assert said.startswith(
+            f"the producer of the shared loader 'syn' (pid {pid}) holds its name but does not "
+            "serve yet"
+        ), said
+        assert "no shared loader" not in said and "waited" not in said, said
+        gate.touch()
+        wait_for(lambda: read_info(home.loader_paths("syn")[2]), 60.0, what="it to serve")
+        assert sum(1 for _batch in SharedLoader("syn", fallback=False)) == 4  # 32 in 8s
+    finally:
+        gate.touch()  # a producer building its dataset stops only once it has built it
+        producer.terminate()
+        producer.communicate(timeout=60)

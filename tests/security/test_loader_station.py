@@ -252,12 +252,13 @@ def test_a_members_producer_that_cannot_be_restarted_is_given_up_and_her_job_tol
     """Her producer dies while her job reads it, and every restart is refused at launch (root's
     log of it is a link, which the engine does not open through): the engine tries 5 times,
     backing off, then gives up and says why in root's file, which her consumer, resuming, reads
-    at once (before: never tried again, and she waited her 30 s out). Nothing of hers is read:
-    the word is root's, 0644, in root's loaders folder."""
+    at once (before: never tried again, and she waited her 30 s out), having said at each
+    restart how it went down. Nothing of hers is read: the word is root's, 0644, in root's
+    loaders folder. Then a producer she starts by hand is waited for, not root's word."""
     from gpudesk.loader.station_access import not_started_path
     from gpudesk.paths import Home
 
-    st, python, _ = station
+    st, python, script = station
     name = "givenup"
     reader = st.state_dir.parent / "slow_reader.py"
     reader.write_text(SLOW_READER)
@@ -289,6 +290,68 @@ def test_a_members_producer_that_cannot_be_restarted_is_given_up_and_her_job_tol
     events = [line for line in st.log.read_text().splitlines() if f"loader {name!r}" in line]
     assert len([line for line in events if "restarting it, attempt" in line]) == 5, events
     assert len([line for line in events if "given up" in line]) == 1, events
+    # while it was restarted, her consumer said how it went down, from root's word
+    assert f"waiting for the shared loader {name!r}: its producer died (pid " in said, said
+    assert "killed by SIGKILL); the engine restarts it (attempt 1 of 5)" in said, said
+    assert "could not be restarted (" in said, said
+    started_by_hand_after_the_engine_gave_up(st, python, script, name)
+
+
+# A dataset built only once the test opens its gate (a file): the producer holds its name
+# meanwhile, its info file not yet written.
+GATED = textwrap.dedent("""
+    import os, time
+    from gpudesk.workloads.synthetic import make_dataset
+    def make(gate, **kwargs):
+        while not os.path.exists(gate):
+            time.sleep(0.05)
+        return make_dataset(**kwargs)
+""")
+
+
+def _read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def started_by_hand_after_the_engine_gave_up(
+    st: Station, python: str, script: Path, name: str
+) -> None:
+    """She then starts its producer by hand (`gpudesk loader serve`, in the folder root gave
+    her), and a job of hers naming the dataset waits for it and reads it, rather than fail at
+    once with root's word (it did before: that producer writes its info file only once its
+    first batch is made). Root reads nothing of hers for it: her consumer asks who holds her
+    producer's lock."""
+    from gpudesk.loader.station_access import name_holder
+    from gpudesk.paths import Home
+
+    modules = st.state_dir.parent / "modules"
+    modules.mkdir(mode=0o755)
+    (modules / "gd_gated.py").write_text(GATED)
+    (modules / "gd_gated.py").chmod(0o644)
+    gate = st.state_dir.parent / f"gate-{name}"
+    args = ["--dataset=gd_gated:make", f'--arg=gate="{gate}"', f"--arg=size={SIZE}"]
+    args += ["--arg=shape=[4]", "--batch-size=8", "--slots=8", "--idle-exit=2"]
+    serve = st.gpudesk_argv("loader", "serve", name, *args, env=(f"PYTHONPATH={modules}",))
+    with st.popen_as("ada", *serve) as by_hand:
+        home = Home.system(st.socket, st.state_dir)
+        deadline = time.monotonic() + 60
+        while (holder := name_holder(home, name)) is None:
+            assert by_hand.poll() is None and time.monotonic() < deadline, by_hand.stderr
+            time.sleep(0.05)
+        job = {"name": "by-hand", "command": [python, str(script), name], "workdir": "/"}
+        job_id = st.submit("ada", {**job, "dataset": name})
+        output = st.state_dir / "jobs" / str(job_id) / "1" / "output.log"
+        while "holds its name" not in (text := _read(output)):
+            assert st.job(job_id)["state"] in ("queued", "running"), text
+            assert time.monotonic() < deadline + 60, text
+            time.sleep(0.05)
+        gate.touch()
+        done = st.wait_state(job_id, "failed", "succeeded", timeout=90)
+        text = _read(output)
+        said = " ".join(text.split())
+        assert done["state"] == "succeeded", said
+        assert result(text)["mode"] == "shared" and result(text)["uid"] == st.users["ada"].uid
+        assert f"another producer (pid {holder}) holds its name, although the station's" in said
 
 
 def test_share_and_owner_are_checked() -> None:
@@ -310,9 +373,10 @@ def test_what_the_engine_says_of_a_producer_it_did_not_start_is_believed_only_as
     root's file in root's loaders folder, readable by the station's users; one of anyone else's
     there is no such word, and starting the producer again takes the word back."""
     from gpudesk.loader.station_access import (
+        engines_word,
         forget_not_started,
-        not_started,
         not_started_path,
+        said_not_started,
         say_not_started,
     )
     from gpudesk.paths import Home
@@ -322,13 +386,13 @@ def test_what_the_engine_says_of_a_producer_it_did_not_start_is_believed_only_as
     run = tmp_path / "run"
     run.mkdir(mode=0o750)
     home = Home.system(run / "control.sock", tmp_path / "state")
-    assert not_started(home, "d") is None
+    assert engines_word(home, "d") is None
     say_not_started(home, "d", "its declared owner 'x' is not a user of this machine")
-    said = not_started(home, "d")
-    assert said is not None and "'x' is not a user" in said["failed"], said
+    said = engines_word(home, "d")
+    assert said_not_started(said) and said is not None and "'x' is not a user" in said["failed"]
     assert stat.S_IMODE(not_started_path(home, "d").stat().st_mode) == 0o644
     os.chown(not_started_path(home, "d"), 12345, 12345)  # not root's: not the engine's word
-    assert not_started(home, "d") is None
+    assert engines_word(home, "d") is None
     forget_not_started(home, "d")
     assert not not_started_path(home, "d").exists()
 

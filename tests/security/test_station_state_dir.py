@@ -166,6 +166,10 @@ def test_engine_status_json_names_the_stations_folder_only_while_its_engine_says
         None,
     ), said
     assert said["station"]["admins"] == f"a member of {station.admin_group}", said
+    # whom it serves, as the text says it (its socket folder's group), by name for a script
+    assert said["served_group"] == station.group, said
+    said = json.loads(station.gpudesk_as("ada", "engine", "status", "--json").stdout)
+    assert said["served_group"] == station.group, said
     # the text says whom it serves (its socket folder's group) and who its admins are
     serves = f"serves:  the members of {station.group}; admins: a member of {station.admin_group}"
     for done in (
@@ -173,6 +177,32 @@ def test_engine_status_json_names_the_stations_folder_only_while_its_engine_says
         station.gpudesk_as("ada", "engine", "status"),
     ):
         assert done.returncode == 0 and serves in done.stdout.splitlines(), done.stdout
+
+
+def test_a_served_group_with_no_name_is_said_as_its_number(user_station: Station) -> None:
+    """A socket folder whose group has no name (deleted from /etc/group after the engine
+    started): the text and `--json` say its gid, the JSON as a number."""
+    station = user_station
+    nameless = next(gid for gid in range(54_321, 60_000) if not _group_named(gid))
+    given = os.stat(station.socket.parent).st_gid
+    os.chown(station.socket.parent, -1, nameless)
+    try:
+        said = json.loads(_as_root(station, "engine", "status", "--json").stdout)
+        text = _as_root(station, "engine", "status").stdout
+    finally:
+        os.chown(station.socket.parent, -1, given)
+    assert said["served_group"] == nameless, said
+    assert f"serves:  the members of group {nameless} (a group with no name)" in text, text
+
+
+def _group_named(gid: int) -> bool:
+    import grp
+
+    try:
+        grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return True
 
 
 def _files(folder: Path) -> dict[str, bytes]:

@@ -53,6 +53,7 @@ from gpudesk.loader.station_access import (
     popen_as,
     producer_variables,
     say_not_started,
+    say_restarting,
 )
 from gpudesk.loader.status import STATUS_TIMEOUT_MS, collect, cpu_saving
 from gpudesk.paths import Home, UnsafePath, open_state_file
@@ -131,8 +132,7 @@ class LoaderSupervisor:
             variant = f"{spec.name}{VARIANT_SEPARATOR}"  # its loaders under other selections
             for name in [n for n in self.failed if n == spec.name or n.startswith(variant)]:
                 del self.failed[name]  # the user's retry: started afresh when a job needs it
-                dead = self.producers.get(name)
-                if dead is not None and not self._alive(dead):
+                if (dead := self.producers.get(name)) is not None and not self._alive(dead):
                     del self.producers[name]
         self._variants.clear()
 
@@ -252,7 +252,8 @@ class LoaderSupervisor:
             except UnsafePath as exc:
                 why = str(exc)
             else:
-                try:
+                try:  # its lines from here on are this start's (`Restarts.down`)
+                    producer.restarts.log_from = os.fstat(out).st_size
                     why = self._launch(producer, out, who)
                 finally:
                     os.close(out)
@@ -368,14 +369,15 @@ class LoaderSupervisor:
         restarts, name = producer.restarts, producer.spec.name
         if producer.pid is None and not restarts.failing:
             return  # never started (`_spawn` said why): a job needing it tries again
-        why = restarts.down(producer.pid, producer.process)
+        why = restarts.down(producer.pid, producer.process, self.home.loader_log(name))
         if restarts.exhausted:
             self.failed[name] = reason = restarts.given_up(why, self.home.loader_log(name))
             self.events.append(f"shared loader {name!r} given up: {reason}")
             say_not_started(self.home, name, reason, given_up=True)  # its consumers stop waiting
         elif said := restarts.take(now, why):
             self.events.append(f"shared loader {name!r} {said} — its consumers resume")
-            self._start(producer)
+            self._start(producer)  # which clears the engine's word first: then the note
+            say_restarting(self.home, name, restarts.note)  # waiting consumers say it
 
     def _failed_for_good(self, producer: _Producer) -> bool:
         """Whether this dataset's producer, not running now, failed for good (noting it, with
@@ -425,8 +427,7 @@ class LoaderSupervisor:
         for name, producer in self.producers.items():
             self._take_status(producer, by_name.get(name))
 
-    @staticmethod
-    def _take_status(producer: _Producer, status: dict[str, Any] | None) -> None:
+    def _take_status(self, producer: _Producer, status: dict[str, Any] | None) -> None:
         # A producer's report is its own JSON (on a station, a member's process, or whatever
         # she bound at her socket's path): kept only where it is a LoaderStatus, so the views
         # built from it never fail for every member because of one producer's answer
@@ -436,8 +437,8 @@ class LoaderSupervisor:
             except msgspec.ValidationError:
                 return  # the last good report stands
             producer.last_status, producer.restarts.problem = status, None  # it serves
-            if status.get("consumers"):
-                producer.restarts.served()  # it works: a later death starts a fresh count
+            if status.get("consumers") and producer.restarts.served():  # a fresh count from now
+                forget_not_started(self.home, producer.spec.name)  # its restart note is done
 
     def stop(self, name: str, why: str) -> None:
         """Stop a producer now, waiting for it (up to STOP_WAIT_S, then a kill): for the
@@ -490,8 +491,7 @@ class LoaderSupervisor:
                 continue  # its final figures are still being asked for
             if self._gone(producer):
                 del self.stopping[name]
-                successor = self.producers.get(name)
-                if successor is not None and not self._alive(successor):
+                if (successor := self.producers.get(name)) and not self._alive(successor):
                     self._start(successor)
             elif now >= producer.kill_at:
                 self._signal(producer, signal.SIGKILL)
