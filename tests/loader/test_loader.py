@@ -847,8 +847,9 @@ def test_a_consumer_says_what_it_waits_for_when_its_live_producer_sends_nothing(
 @pytest.mark.slow(15)
 def test_a_dead_producer_is_reported_at_once_or_a_restarted_one_resumed(loaders: Loaders) -> None:
     size, batch = 200, 8
-    # A slow dataset (24 ms a batch): the consumers are always waiting for the producer.
-    settings: dict[str, Any] = {"size": size, "batch": batch, "cost_ms": 3.0}
+    # A slow dataset (24 ms a batch): the consumers are always waiting for the producer. It
+    # sleeps (wait_ms): spinning (cost_ms), its three producers spent ~1.5 CPU-s on a wait.
+    settings: dict[str, Any] = {"size": size, "batch": batch, "wait_ms": 3.0}
     producer = loaders.serve(**settings, wait=False)
     quitter = loaders.consumer(epochs=3, resume_s=0)
     producer.wait_ready()

@@ -223,7 +223,8 @@ def test_each_rank_gets_its_share_of_every_batch(loaders: Loaders, drop_last: bo
 def test_a_shard_is_kept_across_a_producer_restart(loaders: Loaders) -> None:
     """A rank reading batches of 3 (its share of the producer's 8s) when its producer is killed
     mid-epoch resumes from the restarted one: exactly its share of that epoch, nothing twice."""
-    settings: dict[str, Any] = {"size": SIZE, "batch": 8, "cost_ms": 1.0}
+    # slow (sleeping: wait_ms), so that the kill finds the producer mid-epoch
+    settings: dict[str, Any] = {"size": SIZE, "batch": 8, "wait_ms": 1.0}
     producer = loaders.serve(**settings)
     loader = shared(3, shard=(1, 2), resume_s=30)
     epoch = loader.epoch
@@ -447,7 +448,9 @@ def test_ranks_welcomed_at_different_epochs_start_at_the_same(
     welcomed at different epochs. They start at the latest (rank 0 says hello again for it) and
     still read every sample once."""
     size = 202
-    producer = loaders.serve(size=size, batch=8, cost_ms=2.0, slots=16, idle_exit=300)
+    # slow (0.4 s an epoch) by sleeping, not by spinning: the stream's pace is the point, and
+    # spinning through its epochs cost ~2 CPU-s (docs/benchmarks.md, session 59)
+    producer = loaders.serve(size=size, batch=8, wait_ms=2.0, slots=16, idle_exit=300)
     late = tmp_path / "rank1-may-start"
     # The other consumer only moves the stream on: a thread here, not a torch process of its
     # own. It joins in some epoch E and reads 4 epochs, so the stream makes E + 3: past `since`
