@@ -11,13 +11,13 @@ CLI lists the table and fills codecarbon's country columns from it.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+
+import msgspec
 
 TABLE = "data/grid_intensity.csv"  # in the gpudesk package
 
 
-@dataclass(frozen=True)
-class GridRegion:
+class GridRegion(msgspec.Struct, frozen=True):
     """One row of the table: a country (ISO 3166-1) or a US state (ISO 3166-2, "US-CA")."""
 
     code: str  # the alpha-2 code of a country, "US-CA" for a state: the code gpudesk keeps

@@ -29,8 +29,9 @@ import pwd
 import socket
 import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from gpudesk.secure_path import insecure_step, insecure_text
 from gpudesk.text import file_kind, is_text, quoted
@@ -432,8 +433,7 @@ def system_socket_from_env() -> Path | None:
     return SYSTEM_SOCKET if any(os.path.lexists(path) for path in station) else None
 
 
-@dataclass(frozen=True)
-class Home:
+class Home(msgspec.Struct, frozen=True):
     """Where an engine keeps its state (`root`) and where it listens. A personal engine's home
     is one user's (`$GPUDESK_HOME`, its socket inside or in a private folder of the temporary
     directory); a system engine's (`system_socket` set) is root's state dir, with the socket

@@ -21,8 +21,9 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from gpudesk import joblog
 
@@ -74,8 +75,7 @@ def read_metrics(log: str | os.PathLike[str] | None) -> dict[str, float] | None:
     return None if result is None else metrics_of(result)
 
 
-@dataclass(frozen=True)
-class Best:
+class Best(msgspec.Struct, frozen=True):
     """The job that did best by `metric` among `ranked` candidates; `ties` others equalled it."""
 
     job: int

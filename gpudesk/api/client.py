@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import msgspec
@@ -54,6 +53,7 @@ from gpudesk.api.models import (
 from gpudesk.api.submit_request import submit_args
 from gpudesk.core.identity import user_id
 from gpudesk.core.protocol import INTERNAL, MAX_LISTING_IDS, PROTOCOL_VERSION, UNKNOWN_OP
+from gpudesk.core.record_dict import record_dict
 from gpudesk.core.wire.requests import (
     CancelArgs,
     ConfigureArgs,
@@ -634,7 +634,7 @@ class Client:
         parameters they move as calibrated, "learned" as learned."""
         args = ModelObserveArgs(
             gpu_model=gpu_model,
-            observations=[asdict(obs) for obs in observations],
+            observations=[record_dict(obs) for obs in observations],
             source=cast(Literal["learned", "calibrated"], source),
         )
         return self.ask(ModelObserveResult, "model_observe", args)

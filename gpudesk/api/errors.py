@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 BAD_REPLY = "bad_reply"  # the engine answered something this client's models do not describe
 TOO_LARGE = "too_large"  # a request over the protocol's message limit: never sent
@@ -36,8 +37,7 @@ _REQUEST_JOB = re.compile(
 _NAMED_JOB = re.compile(rf"job (?P<name>{_QUOTED}):? (?P<rest>.*)", re.DOTALL)
 
 
-@dataclass(frozen=True)
-class JobRefusal:
+class JobRefusal(msgspec.Struct, frozen=True):
     """The engine's refusal of one job of a submit request, the `index`-th (None: named by
     `name` alone, as the engine quotes it: "'g1'"): of its `field` where it names one, and why
     (`rest`)."""

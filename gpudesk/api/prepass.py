@@ -10,8 +10,10 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from gpudesk import joblog
 from gpudesk.core.datasets import DatasetSpec
@@ -139,7 +141,7 @@ def prepasses_first(
         needed = prepass_of(profile, spec)
         own = () if needed is None else (ref[needed.dataset.name],)
         training.append(
-            replace(
+            msgspec.structs.replace(
                 spec,
                 after=(*past(spec.after), *own),
                 after_any=past(spec.after_any),

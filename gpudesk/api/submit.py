@@ -29,8 +29,10 @@ import os
 import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+import msgspec
 
 from gpudesk.api.errors import EngineError, job_refusal
 from gpudesk.core.field_checks import reads_as_job_id
@@ -65,8 +67,7 @@ class WaitStopped(Exception):
     """`wait_for_jobs` was told to stop before the jobs ended (the desk closed)."""
 
 
-@dataclass(frozen=True)
-class PrepassResult:
+class PrepassResult(msgspec.Struct, frozen=True):
     """How one pre-pass job ended; `output` is what it printed (None when it failed)."""
 
     job_id: int
@@ -115,8 +116,7 @@ def record_prepasses(
 
 
 # ------------------------------------------------------------------ the engine's side
-@dataclass(frozen=True)
-class StationReport:
+class StationReport(msgspec.Struct, frozen=True):
     """What came of a profile's [station]: the settings the engine changed and those it did not
     apply, or (`applied` false: the station is left as it is unless the user asks) the settings
     that differ, each with how to apply it. A run says each in its output; nothing to say when
@@ -179,7 +179,7 @@ def configure_station(
             "sets a SIMULATED backend on it: gpudesk run runs such a profile on a station of "
             f"its own, and GPUDESK_BACKEND={simulated} makes the engine that station)"
         )
-        report = replace(report, notes=(note,))
+        report = msgspec.structs.replace(report, notes=(note,))
     return report
 
 
@@ -266,7 +266,8 @@ def _submit(
 ) -> SubmitResult:
     """`submit_specs` with all the engine said (the jobs waiting for a change to the station)."""
     return client.submit_jobs(
-        [spec if group is None else replace(spec, group=group) for spec in specs], env=env
+        [spec if group is None else msgspec.structs.replace(spec, group=group) for spec in specs],
+        env=env,
     )
 
 
@@ -372,15 +373,14 @@ def tag_of_group(group: str) -> str | None:
     return parts[2] if len(parts) == 3 else None
 
 
-@dataclass(frozen=True)
-class Submitted:
+class Submitted(msgspec.Struct, frozen=True):
     """The engine queued jobs of the sequence: its pre-passes, or the profile's jobs."""
 
     stage: Literal["prepass", "train"]
     ids: tuple[int, ...]
     # job id -> why it waits, for the jobs that can start only once the station changes (an
     # admin leaving MIG mode, a lost GPU back): following the run would wait for that change
-    waits_for_change: Mapping[int, str] = field(default_factory=dict)
+    waits_for_change: Mapping[int, str] = msgspec.field(default_factory=dict)
 
     def lines(self) -> list[str]:
         return change_lines(self.waits_for_change)
@@ -395,15 +395,18 @@ def change_lines(waits_for_change: Mapping[int, str]) -> list[str]:
 Step: TypeAlias = StationReport | Submitted | PrepassResult  # what `submit_profile` tells `on_step`
 
 
-@dataclass
-class ProfileSubmission:
+class ProfileSubmission(msgspec.Struct):
     """What `submit_profile` did."""
 
     group: str
     station: StationReport | None = None  # what the engine did with [station]; None: none asked
-    prepasses: list[PrepassResult] = field(default_factory=list)
-    job_ids: list[int] = field(default_factory=list)  # the training jobs; none if a pre-pass failed
-    prepass_ids: list[int] = field(default_factory=list)  # the pre-pass jobs, in `prepasses`' order
+    prepasses: list[PrepassResult] = msgspec.field(default_factory=list)
+    job_ids: list[int] = msgspec.field(
+        default_factory=list
+    )  # the training jobs; none if a pre-pass failed
+    prepass_ids: list[int] = msgspec.field(
+        default_factory=list
+    )  # the pre-pass jobs, in `prepasses`' order
 
     @property
     def failed_prepasses(self) -> list[PrepassResult]:
@@ -455,7 +458,7 @@ def submit_profile(
         with said_at_their_tables(profile.jobs, profile.origins):
             client.check_submit(profile.jobs, env=env)
         workdir = prepass_workdir(profile)
-        jobs = [replace(p.job(workdir), cluster=cluster) for p in prepasses]
+        jobs = [msgspec.structs.replace(p.job(workdir), cluster=cluster) for p in prepasses]
         if detach:
             return queue_after_prepasses(client, profile, prepasses, jobs, outcome, env, on_step)
         queued = _submit(client, jobs, outcome.group, env)
@@ -496,7 +499,7 @@ def on_cluster(profile: Profile, cluster: ClusterSpec) -> list[JobSpec]:
         env = spec.env
         if selection is not None and spec.dataset is not None:
             env = {**env, ENV_SELECTION: selection_env(spec.dataset, selection.dataset)}
-        jobs.append(replace(spec, cluster=cluster, env=env))
+        jobs.append(msgspec.structs.replace(spec, cluster=cluster, env=env))
     return jobs
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
+
+import msgspec
 
 from gpudesk.core.jobs import JobSpec
 from gpudesk.core.umask import current_umask
@@ -22,6 +23,9 @@ def submit_args(
     from gpudesk.api.connection import submit_env
 
     here = os.getcwd()
-    jobs = [(spec if spec.workdir else replace(spec, workdir=here)).to_dict() for spec in specs]
+    jobs = [
+        (spec if spec.workdir else msgspec.structs.replace(spec, workdir=here)).to_dict()
+        for spec in specs
+    ]
     env = dict(env) if env is not None else submit_env()
     return SubmitArgs(jobs=jobs, env=env, umask=current_umask(), **extra)

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from gpudesk.api.prepass import NO_PREPASS, Prepass, job_wall, record_prepass
 from gpudesk.api.submit import (
@@ -82,7 +84,7 @@ class ComparePlan:
             args[SPLIT_ARG] = split
             if self.dataset.selection_target is not None:
                 target_args[SPLIT_ARG] = split
-        return replace(
+        return msgspec.structs.replace(
             self.dataset,
             name=self.loader_name(split, seed),
             args=args,

@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from gpudesk.cli.common import CliError
 from gpudesk.cli.config_values import expected_value, refused_value
@@ -135,8 +136,7 @@ def _parse(
         raise CliError(f"{what} {path} is not valid TOML: {reason}{hint}", EXIT_USAGE) from None
 
 
-@dataclass(frozen=True)
-class ConfigOrigin:
+class ConfigOrigin(msgspec.Struct, frozen=True):
     """Where a config file set an option's default: `[submit] time`, on a line of `path`."""
 
     path: Path
@@ -232,8 +232,7 @@ def _refuse(problems: Problems) -> None:
         raise CliError(f"{len(problems)} problems in the config {files}:\n{said}", EXIT_USAGE)
 
 
-@dataclass
-class _Lines:
+class _Lines(msgspec.Struct):
     """Where a config file writes a key: `FILE:3` (the file alone when its text is not known)."""
 
     path: Path

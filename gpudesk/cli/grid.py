@@ -4,12 +4,11 @@ their code: every row's figure, year and source."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import typer
 
 from gpudesk.cli.common import fail, print_json
 from gpudesk.cli.exit_codes import EXIT_USAGE
+from gpudesk.core.record_dict import record_dict
 from gpudesk.text import printable_line
 
 grid_app = typer.Typer()
@@ -35,7 +34,7 @@ def grid_command(
             EXIT_USAGE,
         )
     if json_out:
-        print_json({"regions": [asdict(r) for r in rows]})
+        print_json({"regions": [record_dict(r) for r in rows]})
         return
     table, _ = render.fitted_table(
         ("CODE", "ALPHA-3", "NAME", "G CO2E/KWH", "YEAR", "SOURCE"),

@@ -18,9 +18,9 @@ scancel's way: bob's jobs are tried, each refused to a member on its own line.""
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
+import msgspec
 import typer
 
 from gpudesk.cli.common import fail, owner_filter
@@ -55,8 +55,7 @@ GroupPick = Annotated[
 PICKS = "--user/--me/--name/--group"
 
 
-@dataclass(frozen=True)
-class Picks:
+class Picks(msgspec.Struct, frozen=True):
     """What picks the jobs, where they are not named: every one given must pick a job."""
 
     user: str | None = None
@@ -88,8 +87,7 @@ def check_picks(
         fail(f"--name: {refusal}", EXIT_USAGE)
 
 
-@dataclass(frozen=True)
-class Picked:
+class Picked(msgspec.Struct, frozen=True):
     """The refs a command acts on, and whose jobs were searched for them: "yours", "bob's", or
     None for anyone's (named jobs: None too)."""
 

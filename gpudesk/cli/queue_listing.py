@@ -5,8 +5,9 @@ before typer is imported, and the typer command (gpudesk.cli.jobs) calls the sam
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from gpudesk.cli.common import (
     current_home,
@@ -30,8 +31,7 @@ DEFAULT_LIMIT = 500  # waiting jobs shown by default (every running one is)
 LIVE_STATES: tuple[JobStateName, ...] = ("queued", "running")  # the order jobs pass through them
 
 
-@dataclass(frozen=True)
-class Listed:
+class Listed(msgspec.Struct, frozen=True):
     """What `queue` lists: the jobs, the rows the engine skipped as damaged, a line saying what
     the limit cut (None: nothing was), and the station's backend when it is SIMULATED."""
 
@@ -42,8 +42,7 @@ class Listed:
     drain: DrainView | None = None  # the station is drained: said before the jobs
 
 
-@dataclass(frozen=True)
-class QueueOptions:
+class QueueOptions(msgspec.Struct, frozen=True):
     """`gpudesk queue`'s options, as typer or the fast path parsed them."""
 
     all_jobs: bool = False

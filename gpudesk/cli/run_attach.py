@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from gpudesk.api.submit import profile_of_group, profile_tag, shown_path, tag_of_group
 from gpudesk.core.protocol import JOBS_PAGE_CAP
@@ -117,4 +118,4 @@ def record_theirs(client: Client, report: RunReport, note: Callable[[Step], None
     queued_after = len(ids) < len(report.jobs)
     cache = SelectionCache.used_with(state_home(client.home, client))
     for result in record_prepasses(client, ids, cache):
-        note(replace(result, queued_after=queued_after))
+        note(msgspec.structs.replace(result, queued_after=queued_after))

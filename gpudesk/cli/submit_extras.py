@@ -6,9 +6,9 @@ labels), `--array 0-9%2` (sbatch --array with its throttle), `--after-any` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import typer
 
 from gpudesk.cli.common import complete_job, consecutive, fail
@@ -81,29 +81,27 @@ NOTIFY = typer.Option(
 )
 
 
-@dataclass
-class FirstTasks:
+class FirstTasks(msgspec.Struct):
     """The dependencies' ids that name an array's first job alone (`--after 144_0`, or the
     first task's name, `sw_0`), where the engine reads an id as the whole array (docs/jobs.md):
     the request's `first_tasks_alone`. An id also given as digits names the array."""
 
-    named: set[int] = field(default_factory=set)
-    by_id: set[int] = field(default_factory=set)
+    named: set[int] = msgspec.field(default_factory=set)
+    by_id: set[int] = msgspec.field(default_factory=set)
 
     @property
     def alone(self) -> list[int]:
         return sorted(self.named - self.by_id)
 
 
-@dataclass
-class Extras:
+class Extras(msgspec.Struct):
     """What the job's fields alone do not say: its array, the jobs its other dependencies
     name (ids or names, made ids when the engine is asked), and which of them name an
     array's first job alone."""
 
     array: ArrayRange | None = None
-    after: dict[str, list[str]] = field(default_factory=dict)
-    first_tasks: FirstTasks = field(default_factory=FirstTasks)
+    after: dict[str, list[str]] = msgspec.field(default_factory=dict)
+    first_tasks: FirstTasks = msgspec.field(default_factory=FirstTasks)
 
 
 def apply(

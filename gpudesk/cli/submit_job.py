@@ -231,11 +231,9 @@ def as_option(exc: EngineError) -> tuple[str, int] | None:
 def keys_as_options(text: str) -> str:
     """`text` (a refusal's words) with each JobSpec field it names as a key (`after_notok`:
     gpudesk.core.jobs.as_key) said as the option that gives it (--after-notok)."""
-    import dataclasses
-
     from gpudesk.core.jobs import JobSpec
 
-    fields = {f.name for f in dataclasses.fields(JobSpec)}
+    fields = set(JobSpec.__struct_fields__)
     return _KEY.sub(lambda key: option_of(key[1]) if key[1] in fields else key[0], text)
 
 

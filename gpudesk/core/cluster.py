@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
 from typing import Any, Literal
+
+import msgspec
 
 from gpudesk.text import is_text, quoted, spelled_char, unsafe_char
 
@@ -48,8 +49,7 @@ def has_control(text: str) -> bool:
     return any(ord(c) < 0x20 or ord(c) == 0x7F for c in text)
 
 
-@dataclass(frozen=True)
-class ClusterSpec:
+class ClusterSpec(msgspec.Struct, frozen=True):
     """A job's cluster. Fields left None take the cluster's defaults (its default partition,
     the user's default account and QOS)."""
 
@@ -66,7 +66,7 @@ class ClusterSpec:
     conf: str | None = None  # the slurm.conf its Slurm commands read (SLURM_CONF)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in msgspec.structs.fields(self)}
 
     @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> ClusterSpec:

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+import msgspec
 
 from gpudesk.core.jobs import check_selection
 from gpudesk.core.local_selection import ENV_SELECTION
+from gpudesk.core.record_dict import record_dict
 from gpudesk.spawn import module_argv
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$")  # a loader's (a dataset's) name
@@ -39,11 +41,10 @@ SHARES = ("private", "group")
 USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 
 
-@dataclass(frozen=True)
-class DatasetSpec:
+class DatasetSpec(msgspec.Struct, frozen=True):
     name: str
     factory: str
-    args: dict[str, Any] = field(default_factory=dict)
+    args: dict[str, Any] = msgspec.field(default_factory=dict)
     batch_size: int = 64
     workers: int = 2
     seed: int = 0
@@ -51,13 +52,13 @@ class DatasetSpec:
     shuffle: bool = True
     selection: str | None = None  # a data-selection preset: the jobs train on that part
     selection_target: str | None = None  # MODULE:FACTORY of a targeted preset's target set
-    selection_target_args: dict[str, Any] = field(default_factory=dict)
+    selection_target_args: dict[str, Any] = msgspec.field(default_factory=dict)
     device: str = "cpu"  # "cuda": one copy to the GPU for every job there (loader/staging.py)
     share: str = "private"  # "group": other members' jobs may read it (a system engine)
     owner: str | None = None  # whom its producer runs as (a system engine); None: first job's
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return record_dict(self)
 
     @classmethod
     def from_dict(cls, data: Any) -> DatasetSpec:
@@ -141,7 +142,9 @@ class DatasetSpec:
         if chosen == self.selection:
             return self
         suffix = f"{VARIANT_SEPARATOR}{chosen or 'full'}"
-        return replace(self, name=self.name[: 40 - len(suffix)] + suffix, selection=chosen)
+        return msgspec.structs.replace(
+            self, name=self.name[: 40 - len(suffix)] + suffix, selection=chosen
+        )
 
     def argv(self) -> list[str]:
         argv = [

@@ -5,13 +5,12 @@ assumptions beside them. A simulated GPU's load is gpudesk.hw.telemetry.sim's.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from gpudesk.core.mig_profiles import find_profile, nominal_memory_mib, table_for_gpu
 
 
-@dataclass(frozen=True)
-class GpuModel:
+class GpuModel(msgspec.Struct, frozen=True):
     name: str
     memory_total_mib: float
     sm_count: int

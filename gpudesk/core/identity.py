@@ -20,6 +20,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+import msgspec
+
 from gpudesk.core import protocol
 from gpudesk.core.known_owner import owner_problem
 from gpudesk.core.protocol import ProtocolError
@@ -77,8 +79,7 @@ class Identity:
         return {"uid": self.uid, "gid": self.gid, "groups": list(self.groups)}
 
 
-@dataclass(frozen=True)
-class Caller:
+class Caller(msgspec.Struct, frozen=True):
     """The process at the other end of a request: its identity and pid (from the kernel)."""
 
     identity: Identity

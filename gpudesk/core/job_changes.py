@@ -6,10 +6,8 @@ action did to a job (`JobOutcome`), which gpudesk.policy.job_changes decides."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import msgspec
 
@@ -73,8 +71,7 @@ def held_text(job: JobRecord, events: Sequence[EventRecord]) -> str:
     )
 
 
-@dataclass(frozen=True)
-class JobOutcome:
+class JobOutcome(msgspec.Struct, frozen=True):
     """What a job-control action did to one job. `ok` is False only when the action was
     refused (holding a running job, say); a no-op such as holding a held job is ok."""
 
@@ -88,8 +85,7 @@ def state_phrase(job: JobRecord) -> str:
     return f"already {job.state.value}" if job.state.terminal else job.shown_state.value
 
 
-@dataclass(frozen=True)
-class UnsavedEnd:
+class UnsavedEnd(msgspec.Struct, frozen=True):
     """How an ended attempt moves its job on, worked out but not yet stored (its store could
     not be written: a full disk). What the views show until it is saved (the engine's
     `LiveAttempt.unsaved`); the engine saves it, once, when the store takes it again."""
@@ -135,8 +131,7 @@ def ended_unsaved(end: UnsavedEnd | None, why: str) -> str:
     return f"already {ended} (exit {code}); its end is {why}"
 
 
-@dataclass(frozen=True)
-class CancelQueued:
+class CancelQueued(msgspec.Struct, frozen=True):
     """A queued job ended before it started (as `finish_queued` ends it)."""
 
     job: JobRecord
@@ -144,13 +139,12 @@ class CancelQueued:
 
     def applied(self, now: float) -> JobRecord:
         reason, state = safe_text(self.reason), JobState.CANCELLED
-        return dataclasses.replace(
+        return msgspec.structs.replace(
             self.job, state=state, ended_at=now, reason=reason, held=False, held_in_parts=False
         )
 
 
-@dataclass(frozen=True)
-class SetHeld:
+class SetHeld(msgspec.Struct, frozen=True):
     """A queued job held (the placement policy skips it; it keeps its place) or released, by
     its user or by the client that sent its submission in parts (`in_parts`)."""
 
@@ -163,18 +157,17 @@ class SetHeld:
         return hold_event(self.held, self.in_parts)
 
     def applied(self, now: float) -> JobRecord:
-        return dataclasses.replace(self.job, held=self.held, held_in_parts=False)
+        return msgspec.structs.replace(self.job, held=self.held, held_in_parts=False)
 
 
-@dataclass(frozen=True)
-class Requeue:
+class Requeue(msgspec.Struct, frozen=True):
     """A finished job queued again as the same job, with a fresh attempt budget: its attempts
     stay in its history and the next one's number follows them."""
 
     job: JobRecord
 
     def applied(self, now: float) -> JobRecord:
-        return dataclasses.replace(
+        return msgspec.structs.replace(
             self.job,
             state=JobState.QUEUED,
             attempts_before_requeue=self.job.attempts,
@@ -190,8 +183,7 @@ class Requeue:
         )
 
 
-@dataclass(frozen=True)
-class SetPriority:
+class SetPriority(msgspec.Struct, frozen=True):
     """A job's priority changed, in any state: it orders the queue when the job is, or next goes
     back to, queued."""
 
@@ -199,8 +191,8 @@ class SetPriority:
     priority: int
 
     def applied(self, now: float) -> JobRecord:
-        spec = dataclasses.replace(self.job.spec, priority=self.priority)
-        return dataclasses.replace(self.job, spec=spec)
+        spec = msgspec.structs.replace(self.job.spec, priority=self.priority)
+        return msgspec.structs.replace(self.job, spec=spec)
 
 
 JobChange = CancelQueued | SetHeld | Requeue | SetPriority

@@ -11,8 +11,9 @@ its run, and `dataset`/`selection` to a shared loader registered for it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Any
+
+import msgspec
 
 from gpudesk.core.jobs import (
     DEPENDENCY_FIELDS,
@@ -55,8 +56,7 @@ EDITABLE_FIELDS = (
 RUNS_AS_OWNER_FIELDS = ("command", "shell", "workdir")
 
 
-@dataclass(frozen=True)
-class JobEdit:
+class JobEdit(msgspec.Struct, frozen=True):
     """An edit of a job, checked whole: its new spec, what changed in words (its event's), and
     the environment it was submitted from where that changes."""
 
@@ -214,11 +214,13 @@ def edited_spec(
     kept = {key: getattr(spec, key) for key in DEPENDENCY_FIELDS if key not in fields}
     edited.update(dict.fromkeys(kept, ()))
     if "name" in fields:
-        new = replace(JobSpec.from_dict(edited), **kept)
+        new = msgspec.structs.replace(JobSpec.from_dict(edited), **kept)
     else:
         # A name the edit leaves is kept as it is: one stored before a rule refused it (all
         # digits: check_job_name) does not stop the job's other fields from being edited.
-        new = replace(JobSpec.from_dict({**edited, "name": "job"}), name=spec.name, **kept)
+        new = msgspec.structs.replace(
+            JobSpec.from_dict({**edited, "name": "job"}), name=spec.name, **kept
+        )
     # checked with the kinds the edit leaves: `edit --after-notok 1` of a job after job 1
     if problem := never_met(new.after, new.after_notok):
         raise SpecError("after_notok" if "after_notok" in fields else "after", problem)

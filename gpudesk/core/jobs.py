@@ -10,8 +10,9 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any, cast
+
+import msgspec
 
 from gpudesk.core.cluster import ClusterSpec, check_cluster
 from gpudesk.core.field_checks import check_job_name, check_name, describe
@@ -377,8 +378,7 @@ def with_tasks(
     return expanded(after), expanded(after_notok)
 
 
-@dataclass(frozen=True)
-class JobSpec:
+class JobSpec(msgspec.Struct, frozen=True):
     """Everything a job asks for. A frozen value: `gpudesk edit` (core/job_edit.py) replaces a
     queued job's spec with a new one, checked whole; nothing changes it once the job started."""
 
@@ -386,7 +386,7 @@ class JobSpec:
     command: tuple[str, ...]
     shell: bool = False
     workdir: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = msgspec.field(default_factory=dict)
     gpus: int = 0
     memory_gb: float | None = None
     sm_pct: float | None = None
@@ -446,7 +446,7 @@ class JobSpec:
         array_job = self.array_job
         if not any(ref < 0 for ref in self.dependencies) and not (array_job or 0) < 0:
             return self
-        return replace(
+        return msgspec.structs.replace(
             self,
             after=resolved(self.after),
             after_any=resolved(self.after_any),
@@ -477,7 +477,7 @@ class JobSpec:
                 )
             if len(ids) > len(refs):
                 changed[key] = tuple(ids)
-        return replace(self, **changed) if changed else self
+        return msgspec.structs.replace(self, **changed) if changed else self
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready for the request and the store's row (msgspec: the tracking and cluster

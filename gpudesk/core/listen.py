@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpudesk.core.jobs import describe
 
@@ -26,8 +27,7 @@ OFF = "off"
 EXAMPLE = '"127.0.0.1:9400"'
 
 
-@dataclass(frozen=True)
-class ListenAddress:
+class ListenAddress(msgspec.Struct, frozen=True):
     host: str  # an IP address: "127.0.0.1", "::1", "0.0.0.0"
     port: int  # 0: any free port
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.units import MIB_PER_GB
 
@@ -35,8 +36,7 @@ H100_80GB = "H100-80GB"
 H200_141GB = "H200-141GB"
 
 
-@dataclass(frozen=True)
-class SliceSpan:
+class SliceSpan(msgspec.Struct, frozen=True):
     """Where a MIG instance sits: `size` slices from `start` (memory slices for GPU instances,
     compute slices within the GPU instance for compute instances). nvidia-smi prints it
     `start:size`."""
@@ -62,8 +62,7 @@ class SliceSpan:
         return cls(int(match.group(1)), int(match.group(2)))
 
 
-@dataclass(frozen=True)
-class MigProfile:
+class MigProfile(msgspec.Struct, frozen=True):
     """One GPU instance profile of one GPU model."""
 
     name: str  # "3g.20gb"

@@ -3,15 +3,16 @@ and where they may sit, the instances a GPU has, and a usable MIG device after a
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
+import msgspec
+
 from gpudesk.core.mig_profiles import SliceSpan, compute_slices, short_name
+from gpudesk.core.record_dict import record_dict
 
 
 # ---------------------------------------------------------------------------------- records
-@dataclass(frozen=True)
-class MigEntry:
+class MigEntry(msgspec.Struct, frozen=True):
     """A MIG device as `nvidia-smi -L` lists it under its GPU."""
 
     gpu: int
@@ -20,16 +21,14 @@ class MigEntry:
     uuid: str  # "MIG-..."
 
 
-@dataclass(frozen=True)
-class GpuEntry:
+class GpuEntry(msgspec.Struct, frozen=True):
     index: int
     name: str
     uuid: str
     mig_devices: tuple[MigEntry, ...] = ()
 
 
-@dataclass(frozen=True)
-class GiProfile:
+class GiProfile(msgspec.Struct, frozen=True):
     """One row of `nvidia-smi mig -lgip`."""
 
     gpu: int
@@ -52,8 +51,7 @@ class GiProfile:
         return compute_slices(self.short_name)
 
 
-@dataclass(frozen=True)
-class ProfilePlacements:
+class ProfilePlacements(msgspec.Struct, frozen=True):
     """One line of `nvidia-smi mig -lgipp`: where instances of a profile can sit."""
 
     gpu: int
@@ -61,8 +59,7 @@ class ProfilePlacements:
     placements: tuple[SliceSpan, ...]
 
 
-@dataclass(frozen=True)
-class GpuInstance:
+class GpuInstance(msgspec.Struct, frozen=True):
     """One row of `nvidia-smi mig -lgi`."""
 
     gpu: int
@@ -76,8 +73,7 @@ class GpuInstance:
         return short_name(self.name)
 
 
-@dataclass(frozen=True)
-class ComputeInstance:
+class ComputeInstance(msgspec.Struct, frozen=True):
     """One row of `nvidia-smi mig -lci`."""
 
     gpu: int
@@ -92,8 +88,7 @@ class ComputeInstance:
         return short_name(self.name)
 
 
-@dataclass(frozen=True)
-class PlannedInstance:
+class PlannedInstance(msgspec.Struct, frozen=True):
     """A GPU instance to create, in creation order. `placement` is one spot that makes the whole
     set fit; the driver picks the actual spot itself."""
 
@@ -101,8 +96,7 @@ class PlannedInstance:
     placement: SliceSpan
 
 
-@dataclass(frozen=True)
-class MigSlot:
+class MigSlot(msgspec.Struct, frozen=True):
     """A usable MIG device after apply: its UUID (for CUDA_VISIBLE_DEVICES) and where it sits.
     The instance IDs and placement are None when they could not be matched for certain."""
 
@@ -115,13 +109,12 @@ class MigSlot:
     placement: SliceSpan | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = record_dict(self)
         data["placement"] = None if self.placement is None else str(self.placement)
         return data
 
 
-@dataclass(frozen=True)
-class MigLayout:
+class MigLayout(msgspec.Struct, frozen=True):
     """What a GPU is partitioned into now."""
 
     gpu_instances: tuple[GpuInstance, ...]
@@ -129,8 +122,7 @@ class MigLayout:
     slots: tuple[MigSlot, ...]
 
 
-@dataclass(frozen=True)
-class MigMode:
+class MigMode(msgspec.Struct, frozen=True):
     """MIG mode of a GPU from `--query-gpu=mig.mode.current,mig.mode.pending`."""
 
     current: str  # "enabled", "disabled", or "n/a" (the GPU cannot do MIG)

@@ -27,8 +27,9 @@ import functools
 import json
 import re
 import struct
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from gpudesk.text import is_os_text, json_bytes, safe_text
 
@@ -91,10 +92,9 @@ class ProtocolError(Exception):
         self.request_id = request_id
 
 
-@dataclass(frozen=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     op: str
-    args: dict[str, Any] = field(default_factory=dict)
+    args: dict[str, Any] = msgspec.field(default_factory=dict)
     id: Any = None
 
     def encode(self) -> bytes:

@@ -11,11 +11,11 @@ one who asked can see what the station runs instead.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpudesk.core.station import (
     NO_LIMIT_WHEN_UNSET,
@@ -26,8 +26,7 @@ from gpudesk.core.station import (
 from gpudesk.core.wire import station as wire
 
 
-@dataclass(frozen=True)
-class SettingChange:
+class SettingChange(msgspec.Struct, frozen=True):
     """One station setting the request changed."""
 
     key: str
@@ -46,8 +45,7 @@ class SettingChange:
         return wire.SettingChange(key=self.key, old=self.old, new=self.new, message=self.message)
 
 
-@dataclass(frozen=True)
-class SettingNotApplied:
+class SettingNotApplied(msgspec.Struct, frozen=True):
     """One station setting the request asked for and did not get."""
 
     key: str
@@ -70,8 +68,7 @@ class SettingNotApplied:
         )
 
 
-@dataclass(frozen=True)
-class Reconfiguration:
+class Reconfiguration(msgspec.Struct, frozen=True):
     """The config the station runs after the request, and what the request did to it."""
 
     config: StationConfig
@@ -114,7 +111,7 @@ def weigh(
     requested = StationConfig.from_dict(table if table is not None else {})
     given = [key for key in STATION_KEYS if key in table] if table else []
     asked = {name: value for key in given for name, value in requested.fields_of(key).items()}
-    wanted = dataclasses.replace(current, **asked)
+    wanted = msgspec.structs.replace(current, **asked)
     env = os.environ if env is None else env
     overridden = wanted.with_env_override(env)
     not_applied: list[SettingNotApplied] = []
@@ -154,7 +151,9 @@ def weigh(
                 "GPUs, and fail if it has none or too few"
             )
         changes.append(SettingChange(key, old, new, note))
-    return Reconfiguration(dataclasses.replace(wanted, **kept), tuple(changes), tuple(not_applied))
+    return Reconfiguration(
+        msgspec.structs.replace(wanted, **kept), tuple(changes), tuple(not_applied)
+    )
 
 
 def mig_not_applied(

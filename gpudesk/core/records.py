@@ -4,7 +4,6 @@ rows: gpudesk.engine.store.records); and a job's telemetry series as `show` send
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +14,7 @@ from gpudesk.core.jobs import JobSpec, JobState
 from gpudesk.core.wire.jobs import AttemptView, EventView, JobSeriesView, PlacementView
 
 
-@dataclass(frozen=True)
-class UsageSpan:
+class UsageSpan(msgspec.Struct, frozen=True):
     """One attempt's use of the station, as fair share weighs it (placement.fairshare)."""
 
     uid: int  # its job's owner
@@ -27,8 +25,7 @@ class UsageSpan:
     attempt_id: int = 0  # 0: not an attempt of the store (a span made up, as in a simulation)
 
 
-@dataclass(frozen=True)
-class JobRecord:
+class JobRecord(msgspec.Struct, frozen=True):
     id: int
     spec: JobSpec
     state: JobState
@@ -46,7 +43,7 @@ class JobRecord:
     # releases it once the last part is in (gpudesk.api.submit_parts)
     held_in_parts: bool = False
     attempts_before_requeue: int = 0  # attempts made before the user last requeued it
-    owner: Identity = field(default_factory=Identity.of_process)  # whom it runs as
+    owner: Identity = msgspec.field(default_factory=Identity.of_process)  # whom it runs as
     # attempts since the last requeue that ended preempted (docs/preemption.md): not counted
     # against max_attempts
     preemptions: int = 0
@@ -96,8 +93,7 @@ class JobRecord:
         return self.attempts - self.attempts_before_requeue - self.preemptions
 
 
-@dataclass(frozen=True)
-class AttemptRecord:
+class AttemptRecord(msgspec.Struct, frozen=True):
     id: int
     job_id: int
     number: int
@@ -144,8 +140,7 @@ class AttemptRecord:
         )
 
 
-@dataclass(frozen=True)
-class EventRecord:
+class EventRecord(msgspec.Struct, frozen=True):
     id: int
     ts: float
     job_id: int | None
@@ -166,8 +161,7 @@ class EventRecord:
         )
 
 
-@dataclass(frozen=True)
-class JobSeries:
+class JobSeries(msgspec.Struct, frozen=True):
     """A job's telemetry over its life (`show` with `series`): per metric, (time, value) oldest
     first; each stored point the mean of the window of `window_s` that ended at its time. A
     job's latest window, not stored yet, is its last point, stamped with the time it was read."""

@@ -4,11 +4,11 @@ or a country or region code of gpudesk's bundled table, gpudesk.grid)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
+
+import msgspec
 
 from gpudesk import grid
 from gpudesk.core.backend_names import check_backend_name, is_simulated, parse_sim_name
@@ -21,6 +21,7 @@ from gpudesk.core.mig_profiles import (
     is_plain_profile_name,
     layout_problem,
 )
+from gpudesk.core.record_dict import record_dict
 
 # The kind a change of the station's settings is stored as (an event with no job): a drain,
 # hooks.toml read again; `StationStatus.station_changes` lists the latest.
@@ -259,8 +260,7 @@ STATION_CHECKS = {
 REPARTITIONING_POLICIES = ("auto", "mig")
 
 
-@dataclass(frozen=True)
-class StationConfig:
+class StationConfig(msgspec.Struct, frozen=True):
     backend: str = "auto"
     policy: str = "auto"
     slots: int | None = None  # concurrent CPU jobs; None = number of cores
@@ -320,7 +320,7 @@ class StationConfig:
     def to_dict(self) -> dict[str, Any]:
         """The config as a `[station]` table states it, which from_dict reads back: a grid code
         stands in grid_intensity for the figure it resolves to."""
-        data = asdict(self)
+        data = record_dict(self)
         region = data.pop("grid_region")
         if region is not None:
             data["grid_intensity"] = region
@@ -335,7 +335,7 @@ class StationConfig:
     def view(self) -> dict[str, Any]:
         """The config as replies carry it (api.models.StationConfigView): grid_intensity is the
         figure in use; with a code, grid_region and grid_source say which and whence."""
-        data = asdict(self)
+        data = record_dict(self)
         if data.pop("grid_region") is not None:
             data["grid_region"] = self.grid_region
             data["grid_source"] = self.grid_source
@@ -411,4 +411,4 @@ class StationConfig:
             checked = check_backend(backend)
         except ValueError as exc:
             raise ValueError(f"GPUDESK_BACKEND: {exc}") from None
-        return dataclasses.replace(self, backend=checked)
+        return msgspec.structs.replace(self, backend=checked)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpudesk.text import one_line_refusal
 
@@ -179,8 +180,7 @@ def check_array_job(value: Any) -> int:
     return value
 
 
-@dataclass(frozen=True)
-class ArrayRange:
+class ArrayRange(msgspec.Struct, frozen=True):
     """`--array 0-9%2`: the task indices, and at most how many run at once (None: no limit)."""
 
     tasks: tuple[int, ...]

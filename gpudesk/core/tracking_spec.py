@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, cast
+
+import msgspec
 
 from gpudesk.core.field_checks import check_name, describe
 from gpudesk.text import is_text, unsafe_char
@@ -94,8 +95,7 @@ def _check_params(value: Any, what: str) -> dict[str, str]:
     return params
 
 
-@dataclass(frozen=True)
-class TrackingSpec:
+class TrackingSpec(msgspec.Struct, frozen=True):
     """Where a job's MLflow run goes and what it adds to it (docs/tracking.md): one run per job
     in `experiment` of the store at `mlflow_uri`. `params`: the job's own values of its sweep's
     grid, logged as params; `sweep_params`: that grid (each parameter's values), the params of
@@ -104,8 +104,8 @@ class TrackingSpec:
 
     mlflow_uri: str
     experiment: str = DEFAULT_EXPERIMENT
-    params: Mapping[str, str] = field(default_factory=dict)
-    sweep_params: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, str] = msgspec.field(default_factory=dict)
+    sweep_params: Mapping[str, str] = msgspec.field(default_factory=dict)
     objective: str | None = None
     goal: str | None = None  # "max" or "min", given with `objective`
 

@@ -10,7 +10,7 @@ Prometheus counter may (`rate()` and `increase()` take a restart as a counter re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from gpudesk.metrics.histogram import Buckets, Histogram, one_two_five
 
@@ -20,11 +20,12 @@ from gpudesk.metrics.histogram import Buckets, Histogram, one_two_five
 DECISION_BUCKETS_S = one_two_five(0.0001, 1.0)
 
 
-@dataclass
-class EngineActivity:
-    placements: dict[str, int] = field(default_factory=dict)  # placement mode -> attempts started
+class EngineActivity(msgspec.Struct):
+    placements: dict[str, int] = msgspec.field(
+        default_factory=dict
+    )  # placement mode -> attempts started
     oom_recoveries: int = 0  # out-of-memory deaths requeued with a raised estimate
-    _decisions: Histogram = field(default_factory=lambda: Histogram(DECISION_BUCKETS_S))
+    _decisions: Histogram = msgspec.field(default_factory=lambda: Histogram(DECISION_BUCKETS_S))
 
     def placed(self, mode: str) -> None:
         """An attempt started where the policy placed it ("exclusive", "mps", "mig", ...)."""

@@ -32,8 +32,9 @@ import socket
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from gpudesk.core import protocol
 from gpudesk.core.identity import Caller, peer_caller
@@ -77,8 +78,7 @@ TOPICS = ("", "job", "telemetry")  # "" is every topic
 Handler = Callable[[bytes, Caller], bytes | Pending]
 
 
-@dataclass(frozen=True)
-class SocketLimits:
+class SocketLimits(msgspec.Struct, frozen=True):
     """The per-user bounds (see the constants). The engine's environment may set three of them:
     GPUDESK_CONNECTIONS_PER_USER, GPUDESK_CONNECTION_IDLE_S and GPUDESK_SUBSCRIBER_BACKLOG_BYTES
     (a user's subscribers together: 8 times that), for a station with unusual clients; tests
@@ -107,13 +107,12 @@ class SocketLimits:
         )
 
 
-@dataclass
-class _Connection:
+class _Connection(msgspec.Struct):
     sock: socket.socket
     caller: Caller
     admin: bool = False  # the per-user bounds do not apply (access.Access.is_admin)
-    inbox: bytearray = field(default_factory=bytearray)
-    outbox: bytearray = field(default_factory=bytearray)
+    inbox: bytearray = msgspec.field(default_factory=bytearray)
+    outbox: bytearray = msgspec.field(default_factory=bytearray)
     topic: bytes | None = None  # set once it subscribed: b"" for every topic
     closing: bool = False  # close once the outbox is sent
     waiting: bool = False  # its request's reply is being worked out off the loop
@@ -127,18 +126,16 @@ class _Connection:
     backlog_charge: int = 0
 
 
-@dataclass
-class _Usage:
+class _Usage(msgspec.Struct):
     """What one user's connections cost the engine now."""
 
     connections: int = 0
     inbox: int = 0  # unfinished requests, as their headers announce them
     backlog: int = 0  # events queued for her subscribers
-    subscribers: dict[int, _Connection] = field(default_factory=dict)
+    subscribers: dict[int, _Connection] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class SocketAccess:
+class SocketAccess(msgspec.Struct, frozen=True):
     """Who may connect: the socket's mode and group (a system engine: 0660 and the station's
     group, its folder 0750; a personal engine: 0600 in a 0700 folder, group unchanged)."""
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk import joblog
 from gpudesk.engine.attempts import Attempts
@@ -23,8 +24,7 @@ from gpudesk.paths import Home, HomeError
 log = logging.getLogger("gpudesk.engine")
 
 
-@dataclass
-class HomeKeeper:
+class HomeKeeper(msgspec.Struct):
     home: Home
     lock: EngineLock
     store: Store

@@ -4,7 +4,8 @@ that says what it did (or why it did nothing)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.field_checks import reads_as_job_id
 from gpudesk.core.job_changes import JobOutcome
@@ -21,8 +22,7 @@ from gpudesk.policy import job_changes
 __all__ = ["Backends", "JobControl", "JobOutcome"]
 
 
-@dataclass(frozen=True)
-class Backends:
+class Backends(msgspec.Struct, frozen=True):
     """Which backend a job is the business of, picked once per job from its spec: a job that
     names a cluster is Slurm's, any other the station's. The one place that tells them apart."""
 

@@ -29,8 +29,9 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
+
+import msgspec
 
 from gpudesk.core.records import JobRecord
 from gpudesk.engine.attempts import Attempts
@@ -82,8 +83,7 @@ def observe_min_s() -> float:
     return env_seconds(OBSERVE_MIN_S_ENV, OBSERVE_MIN_S, 0.1, 86400.0)
 
 
-@dataclass
-class Tracker:
+class Tracker(msgspec.Struct):
     """One running attempt's progress: its log's reader, and its intervals."""
 
     attempt_id: int
@@ -92,17 +92,16 @@ class Tracker:
     owner: int  # the job's owner's uid: whose voice its observations are (learner `_blend`)
     reader: ProgressReader
     progress: Progress
-    activity: AloneActivity = field(default_factory=AloneActivity)  # while alone on its GPU
+    activity: AloneActivity = msgspec.field(default_factory=AloneActivity)  # while alone on its GPU
     steady_after: float = math.inf  # its samples alone count after this one (its first line's)
 
 
-@dataclass
-class LearningCounts:
+class LearningCounts(msgspec.Struct):
     intervals: int = 0  # long enough intervals that ended
     observations: int = 0  # ... that told the learner something
     without_alone_rate: int = 0  # shared intervals of jobs whose rate alone was unknown
     without_measured_sm: int = 0  # ... where a tenant's command had no steady SM share known
-    sources: dict[str, int] = field(default_factory=dict)
+    sources: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class StationLearning:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.identity import Identity
 from gpudesk.core.job_changes import UnsavedEnd
@@ -19,8 +20,7 @@ from gpudesk.policy.gpu_states import RunningAttempt
 from gpudesk.policy.remaining import UNKNOWN, Remaining
 
 
-@dataclass
-class LiveAttempt:
+class LiveAttempt(msgspec.Struct):
     attempt: AttemptRecord
     pid: int
     start_time: float | None

@@ -33,7 +33,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import msgspec
@@ -81,8 +81,7 @@ class Later(Generic[T]):
     late: Callable[[], msgspec.Struct | Later[Any] | NextTurn] | None = None  # past bound_s
 
 
-@dataclass(frozen=True)
-class NextTurn:
+class NextTurn(msgspec.Struct, frozen=True):
     """A handler's answer that comes after more turns of the loop: `step()` runs on the loop at
     a later turn and answers the reply, or another NextTurn."""
 
@@ -99,16 +98,14 @@ def in_turns(work: Generator[None, None, Any]) -> Any:
     return NextTurn(lambda: in_turns(work))
 
 
-@dataclass(frozen=True)
-class Pending:
+class Pending(msgspec.Struct, frozen=True):
     """What `RequestHandlers.handle` returns for a `Later` or a `NextTurn`: the socket calls
     `start(post)` and holds the connection's next request until the loop calls `post(reply)`."""
 
     start: Callable[[Callable[[bytes], None]], None]
 
 
-@dataclass
-class _Task:
+class _Task(msgspec.Struct):
     uid: int | None
     work: Callable[[], Any]
     done: Callable[[Any, BaseException | None], None]  # on the loop
@@ -120,22 +117,23 @@ class _Task:
     replaced: bool = False  # that thread was stuck in it past its bound: it ends when it returns
 
 
-@dataclass
-class OffLoop:
+class OffLoop(msgspec.Struct):
     """The worker threads and what they post back. `wake` wakes the loop (from any thread);
     the loop calls `deliver()` each turn and uses `poll_timeout` so a deadline is noticed."""
 
     wake: Callable[[], None]
     workers: int = WORKERS
     per_user: int = PER_USER
-    _todo: queue.SimpleQueue[_Task | None] = field(default_factory=queue.SimpleQueue)
-    _done: queue.SimpleQueue[tuple[_Task, Any, BaseException | None]] = field(
+    _todo: queue.SimpleQueue[_Task | None] = msgspec.field(default_factory=queue.SimpleQueue)
+    _done: queue.SimpleQueue[tuple[_Task, Any, BaseException | None]] = msgspec.field(
         default_factory=queue.SimpleQueue
     )
-    _in_flight: list[_Task] = field(default_factory=list)
-    _threads: list[threading.Thread] = field(default_factory=list)
-    _turns: deque[Callable[[], None]] = field(default_factory=deque)  # NextTurn steps, in order
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _in_flight: list[_Task] = msgspec.field(default_factory=list)
+    _threads: list[threading.Thread] = msgspec.field(default_factory=list)
+    _turns: deque[Callable[[], None]] = msgspec.field(
+        default_factory=deque
+    )  # NextTurn steps, in order
+    _lock: threading.Lock = msgspec.field(default_factory=threading.Lock)
 
     def submit(
         self,

@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.job_changes import hold_code
 from gpudesk.core.jobs import JobState
@@ -56,8 +57,7 @@ from gpudesk.policy.user_limits import gpu_limit_refusal
 USAGE_REFRESH_S = 60.0
 
 
-@dataclass(frozen=True)
-class _KeptUsage:
+class _KeptUsage(msgspec.Struct, frozen=True):
     attempts: tuple[int, frozenset[int]]  # the newest attempt id and the running ones then
     share: FairShare
     at: float

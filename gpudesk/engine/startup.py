@@ -8,10 +8,11 @@ engine run here, and how", once; `gpudesk engine start` and the tests read them 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
+
+import msgspec
 
 from gpudesk import diskspace
 from gpudesk.core.lost_database import damaged_text, job_folders, lost_database
@@ -32,7 +33,7 @@ def home_config(store: Store, requested: Mapping[str, Any] | None) -> StationCon
     config = StationConfig.from_saved(store.setting("station"), log.warning)
     if requested:
         asked = StationConfig.from_dict(requested)
-        config = dataclasses.replace(config, **{key: getattr(asked, key) for key in requested})
+        config = msgspec.structs.replace(config, **{key: getattr(asked, key) for key in requested})
     return config
 
 

@@ -3,14 +3,13 @@ and the "look at the queue again" flag."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from gpudesk.core.station import StationConfig
 from gpudesk.engine.store.database import Store
 
 
-@dataclass
-class PlacementDue:
+class PlacementDue(msgspec.Struct):
     """Set by whatever may let a queued job start (a submit, an attempt ending, a GPU read for
     the first time, ...); the loop clears it when it asks the policy again."""
 

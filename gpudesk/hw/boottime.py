@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
+
+import msgspec
 
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 
 
-@dataclass(frozen=True)
-class BootStamp:
+class BootStamp(msgspec.Struct, frozen=True):
     """A moment on CLOCK_BOOTTIME (`at`, seconds) of the boot `boot_id`."""
 
     boot_id: str

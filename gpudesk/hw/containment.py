@@ -44,8 +44,9 @@ import signal
 import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from gpudesk.home_lock import AlreadyRunning
 from gpudesk.hw import delegation
@@ -93,8 +94,7 @@ def home_folder(mount: str, home_root: Path) -> Path:
 LIMITED_CONTROLLERS = ("pids", "memory")  # enabled for this home's folder, for the limits below
 
 
-@dataclass(frozen=True)
-class JobLimits:
+class JobLimits(msgspec.Struct, frozen=True):
     """What one attempt's cgroup may hold: tasks (pids.max) and bytes (memory.max); 0: none."""
 
     pids_max: int = 0

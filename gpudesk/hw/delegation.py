@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 PROC_SELF_CGROUP = "/proc/self/cgroup"
 ENGINE_LEAF = "engine"  # the unit's DelegateSubgroup=
@@ -55,8 +56,7 @@ def is_delegated(cgroup: Path) -> bool:
     return False
 
 
-@dataclass(frozen=True)
-class Delegation:
+class Delegation(msgspec.Struct, frozen=True):
     """The engine's delegated subtree: the unit's cgroup and the leaf the engine runs in."""
 
     unit: Path

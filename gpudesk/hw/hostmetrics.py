@@ -7,14 +7,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import psutil
 
 
-@dataclass(frozen=True)
-class HostSample:
+class HostSample(msgspec.Struct, frozen=True):
     taken_at: float
     cpu_pct: float  # since the previous psutil.cpu_percent() call of this process
     cores: int
@@ -24,8 +23,7 @@ class HostSample:
     busy_seconds: float  # CPU time spent not idle, summed over all cores, since boot
 
 
-@dataclass(frozen=True)
-class GroupSample:
+class GroupSample(msgspec.Struct, frozen=True):
     """One job attempt's process group, summed over its live processes."""
 
     pgid: int

@@ -37,8 +37,9 @@ import threading
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from gpudesk import trust
 from gpudesk.core.identity import Identity, OwnerGone, as_known_now
@@ -69,8 +70,7 @@ class HookConfigError(ValueError):
     """hooks.toml cannot be used: why, in one line."""
 
 
-@dataclass(frozen=True)
-class HookConfig:
+class HookConfig(msgspec.Struct, frozen=True):
     """The station's job-end hook: its argv (run without a shell) and its timeout."""
 
     command: tuple[str, ...]
@@ -202,8 +202,7 @@ def job_variables(job: JobRecord) -> dict[str, str]:
 STATION_LANE = "station"
 
 
-@dataclass(frozen=True)
-class HookRun:
+class HookRun(msgspec.Struct, frozen=True):
     """One hook to run: its argv and environment, whom it runs as (None: the engine's user),
     its timeout, and what the log calls it."""
 
@@ -290,8 +289,7 @@ class Lanes:
         return STATION_LANE if STATION_LANE in free else free[0]
 
 
-@dataclass(frozen=True)
-class HookResult:
+class HookResult(msgspec.Struct, frozen=True):
     returncode: int | None  # None: killed at its timeout
     seconds: float
     output: bytes

@@ -47,9 +47,10 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+import msgspec
 
 from gpudesk.paths import UnsafePath, private_dir
 
@@ -77,8 +78,7 @@ class _DaemonNotRunning(Exception):
     """No control daemon answers on the pipe directory (internal)."""
 
 
-@dataclass(frozen=True)
-class MpsServer:
+class MpsServer(msgspec.Struct, frozen=True):
     """The MPS control daemon serving one device, and where it lives.
 
     `pid` is the daemon's pid from its pid file (None when unknown); `adopted` is True when the
@@ -102,8 +102,7 @@ class MpsServer:
         return self.log_dir / "control.log"
 
 
-@dataclass(frozen=True)
-class MpsStatus:
+class MpsStatus(msgspec.Struct, frozen=True):
     """Health of one device's MPS.
 
     state: `running` (daemon up, every server ACTIVE or none started yet), `fault` (a server
@@ -117,7 +116,7 @@ class MpsStatus:
     usable: bool
     message: str
     daemon_pid: int | None = None
-    servers: dict[int, str] = field(default_factory=dict)  # server pid -> reported state
+    servers: dict[int, str] = msgspec.field(default_factory=dict)  # server pid -> reported state
 
 
 def _private_dir(path: Path) -> Path:

@@ -22,9 +22,9 @@ import json
 import os
 import signal
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import psutil
 
 from gpudesk import paths, trust
@@ -58,8 +58,7 @@ class LaunchError(RuntimeError):
         self.no_space = no_space  # the disk is full: worth trying again later, not a failure
 
 
-@dataclass(frozen=True)
-class ExitRecord:
+class ExitRecord(msgspec.Struct, frozen=True):
     exit_code: int
     signal: int | None
     ended_at: float | None
@@ -78,14 +77,12 @@ class ExitRecord:
         return f"exit code {self.exit_code}"
 
 
-@dataclass(frozen=True)
-class Launched:
+class Launched(msgspec.Struct, frozen=True):
     pid: int
     start_time: float
 
 
-@dataclass(frozen=True)
-class WrapperRecord:
+class WrapperRecord(msgspec.Struct, frozen=True):
     """What a wrapper said about itself (wrapper.json)."""
 
     pid: int

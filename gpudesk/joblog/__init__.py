@@ -62,9 +62,10 @@ import json
 import os
 import stat
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, TypeGuard
+
+import msgspec
 
 from gpudesk.joblog import collapse
 from gpudesk.untrusted import UntrustedFileError, open_untrusted, read_untrusted
@@ -78,8 +79,7 @@ MAX_RECORD_PARTS = 1000
 MAX_RECORD_NUMBER = 2**62
 
 
-@dataclass(frozen=True)
-class Part:
+class Part(msgspec.Struct, frozen=True):
     """A rotated-out part: output.log.`number`, holding the stream's bytes [start, end)."""
 
     number: int
@@ -87,8 +87,7 @@ class Part:
     end: int
 
 
-@dataclass(frozen=True)
-class Rotation:
+class Rotation(msgspec.Struct, frozen=True):
     """The record: output.log's data begins at its byte `data_from` (0, or the end of a hole
     punched over its head), which is the stream's byte `base`; `parts` oldest first;
     `rotations` the number of the newest part ever made. A record without `data_from` (written
@@ -96,7 +95,7 @@ class Rotation:
 
     base: int = 0
     rotations: int = 0
-    parts: tuple[Part, ...] = field(default_factory=tuple)
+    parts: tuple[Part, ...] = msgspec.field(default_factory=tuple)
     data_from: int = 0
 
     @property
@@ -428,8 +427,7 @@ def _copy_then_truncate(fd: int, start: int, part: Path | None, like: os.stat_re
 
 
 # -------------------------------------------------------------------------------- reading
-@dataclass(frozen=True)
-class Piece:
+class Piece(msgspec.Struct, frozen=True):
     """The next bytes of the stream; `skipped`: bytes before them that are no longer kept."""
 
     data: bytes

@@ -11,6 +11,8 @@ import bisect
 import math
 from dataclasses import dataclass, field
 
+import msgspec
+
 
 def one_two_five(low: float, high: float) -> tuple[float, ...]:
     """The bounds of the 1-2.5-5 series from `low` to `high` (0.0001, 0.00025, 0.0005, 0.001,
@@ -25,8 +27,7 @@ def one_two_five(low: float, high: float) -> tuple[float, ...]:
     )
 
 
-@dataclass(frozen=True)
-class Buckets:
+class Buckets(msgspec.Struct, frozen=True):
     """One histogram at one moment: cumulative counts per upper bound (the last one +Inf, as
     Prometheus has them), their number and sum."""
 

@@ -6,7 +6,8 @@ a change of the station (`changes_awaited`). The engine asks while the GPUs can 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 from gpudesk.core.jobs import JobSpec
 from gpudesk.core.records import JobRecord
@@ -60,8 +61,7 @@ def changes_awaited(
     return {r.id: reason for r in records if r.spec.gpus and (reason := judge(r))}
 
 
-@dataclass
-class ChangeJudge:
+class ChangeJudge(msgspec.Struct):
     """`PlacementPolicy.change_needed` over one look at the station, judged once per job shape
     (what the policy weighs of a job: its GPUs, its hints, and its demand where the station
     knows it), for at most `limit` shapes: a sweep's jobs share a few, and the loop never
@@ -70,7 +70,7 @@ class ChangeJudge:
     policy: PlacementPolicy
     view: StationView
     limit: int = CHANGE_CHECKS
-    reasons: dict[Hashable, str] = field(default_factory=dict)
+    reasons: dict[Hashable, str] = msgspec.field(default_factory=dict)
 
     def __call__(self, record: JobRecord) -> str:
         """Why the job can start only once the station changes; "" when it can start as the

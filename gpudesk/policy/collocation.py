@@ -40,7 +40,8 @@ from __future__ import annotations
 import functools
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+
+import msgspec
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES, memory_slices
 from gpudesk.core.records import JobRecord
@@ -129,7 +130,7 @@ def with_unknown(demand: Demand, largest_mib: float) -> Demand:
     """`demand`, marked unknown where its memory figure is (demand.hint_unknown): a hint is a
     hint, never a reason to refuse a job."""
     why = hint_unknown(demand.memory_mib, demand.source, largest_mib, largest_mib - RESERVE_MIB)
-    return replace(demand, unknown=why) if why and why != demand.unknown else demand
+    return msgspec.structs.replace(demand, unknown=why) if why and why != demand.unknown else demand
 
 
 def given_room(demand: Demand, choice: Choice) -> Demand:
@@ -138,7 +139,7 @@ def given_room(demand: Demand, choice: Choice) -> Demand:
     (others are not packed into room it may grow into)."""
     if not demand.unknown or choice.free_mib <= 0:
         return demand
-    return replace(demand, memory_mib=choice.free_mib)
+    return msgspec.structs.replace(demand, memory_mib=choice.free_mib)
 
 
 class SharingPolicy:
@@ -394,7 +395,11 @@ class SharingPolicy:
             idle_whole = sum([h.idle_whole for h in hosts]) if plan.idle_indices() else 0
             keep_idle = bool(idle_whole) and behind() >= idle_whole
         # placed for the room it gets where its figure is unknown
-        admitted = replace(demand, memory_mib=demand.admit_mib) if demand.unknown else demand
+        admitted = (
+            msgspec.structs.replace(demand, memory_mib=demand.admit_mib)
+            if demand.unknown
+            else demand
+        )
         memory = admitted.memory_mib
         margin = margin_mib(demand)
         load: Workload | None = None  # the job's workload under `load_params`

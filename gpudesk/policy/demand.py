@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from dataclasses import dataclass, replace
+
+import msgspec
 
 from gpudesk.policy.command_family import KEYS_CACHED
 from gpudesk.units import MIB_PER_GB, MIB_PER_GIB
@@ -45,8 +46,7 @@ UNKNOWN_HINT_SHARE = 0.9
 UNKNOWN_ADMIT_MIB = DEFAULT_MEMORY_MIB
 
 
-@dataclass(frozen=True)
-class Demand:
+class Demand(msgspec.Struct, frozen=True):
     memory_mib: float
     sm_pct: float
     source: str  # "hint", "history", "default", "after OOM"
@@ -88,7 +88,9 @@ class Demand:
         if usable_mib is not None:
             # alone with all of it, the need is measured: more than it had
             memory = max(memory, usable_mib * OOM_GROWTH) if had_whole else min(memory, usable_mib)
-        return replace(self, memory_mib=memory, source="after OOM", exclusive=True, unknown="")
+        return msgspec.structs.replace(
+            self, memory_mib=memory, source="after OOM", exclusive=True, unknown=""
+        )
 
     @property
     def admit_mib(self) -> float:

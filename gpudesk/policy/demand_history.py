@@ -14,7 +14,8 @@ tables from its store, records each run's measurements there, and folds them in 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.command_family import family, owner_key
@@ -29,8 +30,7 @@ FAMILY_SOURCE = "family history"
 Measured = tuple[float, float, int]
 
 
-@dataclass(frozen=True)
-class FamilyRecord:
+class FamilyRecord(msgspec.Struct, frozen=True):
     memory_mib: float | None  # the largest peak its runs held (None: none measured)
     sm_pct: float | None  # their mean SM activity
     runs: int  # runs whose memory was measured

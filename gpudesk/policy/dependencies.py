@@ -15,7 +15,8 @@ engine needs nothing more than its queue; its Slurm backend asks of the jobs it 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
@@ -32,8 +33,7 @@ def pending_cancel(reason: str) -> str:
     return "being cancelled: " + reason.replace(NEVER_RAN, WILL_NOT_RUN)
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(msgspec.Struct, frozen=True):
     """What a queued job's dependencies say: `waiting_on`, the first that has not ended yet;
     `never`, why the job can never start ("" while it still can)."""
 
@@ -70,8 +70,7 @@ def spec_verdict(job: JobRecord, known: Mapping[int, JobRecord]) -> Verdict:
     return Verdict(found.waiting_on or waiting_on, never)
 
 
-@dataclass(frozen=True)
-class Settling:
+class Settling(msgspec.Struct, frozen=True):
     """One round of verdicts over the queued jobs that run after others: `never`, those that
     can never start, each (id, why), in queue order; `blocked`, those still waiting (id -> the
     first job they wait for that has not ended)."""

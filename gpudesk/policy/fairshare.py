@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.records import JobRecord, UsageSpan
 
@@ -31,8 +32,7 @@ SECONDS_PER_HOUR = 3600.0
 HORIZON_HALF_LIVES = 20
 
 
-@dataclass(frozen=True)
-class FairShare:
+class FairShare(msgspec.Struct, frozen=True):
     """How usage is weighed: the station's `fairshare_half_life_h` and `fairshare_cpu_weight`."""
 
     half_life_h: float

@@ -10,8 +10,10 @@ import bisect
 import functools
 import math
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import TypeVar
+
+import msgspec
 
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.demand import HEAVY_SM_PCT, Demand
@@ -36,8 +38,7 @@ from gpudesk.policy.policy import (
 )
 
 
-@dataclass
-class Choice:
+class Choice(msgspec.Struct):
     gpus: tuple[int, ...]
     mode: str
     reason: str
@@ -54,13 +55,11 @@ class Choice:
     why: Callable[[], str] | None = None  # writes `reason` for an option that is chosen
 
     def alternative(self, note: str = "") -> Alternative:
-        values = {"slot": slot_of(self), "mode": self.mode, "rate": self.rate, "gain": self.value}
-        values["note"] = note
-        return made_frozen(Alternative, values)  # a placed job records up to six
+        # a placed job records up to six
+        return Alternative(slot_of(self), self.mode, self.rate, self.value, note)
 
 
-@dataclass
-class Host:
+class Host(msgspec.Struct):
     """A GPU as a job placed by this pass sees it, computed once per GPU state (a long queue
     asks each GPU many times; a job placed there makes a new state)."""
 
@@ -76,7 +75,7 @@ class Host:
     # The parameters with each mechanism's costs at the top of their plausible range (the
     # robust rule: `InterferenceModel.pessimistic`), and the model's view of the shared
     # tenants under them for `share`
-    worst_params: dict[str, ModelParams] = field(default_factory=dict)
+    worst_params: dict[str, ModelParams] = msgspec.field(default_factory=dict)
     worst_joining: Joining | None = None
     # The least SM demand the model gave no gain here: a job's gain beside these tenants falls
     # as its SM share grows, so one at least as heavy gains nothing either (jobs without a
@@ -89,7 +88,7 @@ class Host:
     # score depends on the tenants and the job's workload alone, and a long queue asks each GPU
     # for the same few workloads again and again (`collocation.SharingPolicy._shared_option`).
     # A shared host's is every alike host's (`shared_scores`).
-    scored: dict[ScoreKey, Scored] = field(default_factory=dict)
+    scored: dict[ScoreKey, Scored] = msgspec.field(default_factory=dict)
 
 
 IDLE, SHARED, MIG, CLOSED = range(4)
@@ -151,8 +150,7 @@ def shared_scores(
     return _kept(scores, signature, SIGNATURES_KEPT, dict)
 
 
-@dataclass(frozen=True)
-class Scored:
+class Scored(msgspec.Struct, frozen=True):
     """A job's workload scored beside a host's shared tenants: how it would share (`share`),
     the work per second the station gains by the policy's rule (`value`), the model's
     prediction at its own values (`predicted`: None where `value` is no gain), and, where
@@ -189,24 +187,25 @@ class Slicing:
         return Joining(self.worst_params, "naive", self.tenants, self.before)
 
 
-@dataclass
-class FilledStation:
+class FilledStation(msgspec.Struct):
     """The station as this pass has filled it so far."""
 
     gpus: dict[int, GpuState]
-    placements: list[Placement] = field(default_factory=list)
-    _hosts: dict[int, Host] = field(default_factory=dict)
+    placements: list[Placement] = msgspec.field(default_factory=list)
+    _hosts: dict[int, Host] = msgspec.field(default_factory=dict)
     _usable: list[Host] | None = None  # the hosts of the GPUs not lost, in index order
-    _placed: set[int] = field(default_factory=set)  # GPUs placed on since `_usable` was made
+    _placed: set[int] = msgspec.field(
+        default_factory=set
+    )  # GPUs placed on since `_usable` was made
     _mps_uids: tuple[int, ...] = ()  # the users the usable GPUs' MPS servers serve
     _idle: set[int] | None = None  # the GPUs no job has joined (`idle_indices`)
-    _foreign: dict[int, Host] = field(default_factory=dict)  # GPU index -> its foreign host
+    _foreign: dict[int, Host] = msgspec.field(default_factory=dict)  # GPU index -> its foreign host
     # the last `hosts` without GPUs held: (the hosts, the GPUs left out, what was left)
     _excluded: tuple[list[Host], frozenset[int], list[Host]] | None = None
     # (GPUs, MIG slice) -> the first GPU as the station has it, its environment and the threads
     # a job there gets: the same for every placement of the pass there (`_placement`)
     _placing: dict[tuple[tuple[int, ...], str | None], tuple[GpuState, dict[str, str], str]] = (
-        field(default_factory=dict)
+        msgspec.field(default_factory=dict)
     )
     # GPU model -> its parameters, with each mechanism's costs at the top of their range
     # (`worst_params`), and the hosts' shared scores under them (`params_scores`): asked for
@@ -214,7 +213,7 @@ class FilledStation:
     _params: dict[
         str,
         tuple[ModelParams, dict[str, ModelParams], dict[Hashable, dict[ScoreKey, Scored]]],
-    ] = field(default_factory=dict)
+    ] = msgspec.field(default_factory=dict)
 
     def params(
         self, gpu: GpuState, station: StationView
@@ -439,7 +438,7 @@ class FilledStation:
             slices = gpu.mig_slices
             if choice.mig_slice is not None:
                 others = tuple(s for s in slices if s.key != slice_key)
-                slices = (*others, replace(choice.mig_slice, busy=True))
+                slices = (*others, msgspec.structs.replace(choice.mig_slice, busy=True))
             self.gpus[index] = gpu.joined(tenant, slices)
         self._placed.update(choice.gpus)
         if self._idle is not None:
@@ -475,21 +474,20 @@ class FilledStation:
         # client starts and outlives the co-tenants it was meant for, and below a kernel's width
         # it slows the job (interference.cap_factor) while the model predicts nothing gained
         # for the others.
-        values = {
-            "job_id": job.id,
-            "slot": slot_of(choice),
-            "mode": choice.mode,
-            "reason": choice.reason,
-            "gpus": choice.gpus,
-            "env": dict(env),  # each placement's own
-            "env_defaults": {"OMP_NUM_THREADS": threads},
-            "demand": demand.to_dict(),
-            "mig_slice": mig_slice,
-            "mps_thread_pct": None,
-            "mps_memory_limit_mib": limit,
-            "alternatives": choice.alternatives,
-        }
-        return made_frozen(Placement, values)
+        return Placement(
+            job_id=job.id,
+            slot=slot_of(choice),
+            mode=choice.mode,
+            reason=choice.reason,
+            gpus=choice.gpus,
+            env=dict(env),  # each placement's own
+            env_defaults={"OMP_NUM_THREADS": threads},
+            demand=demand.to_dict(),
+            mig_slice=mig_slice,
+            mps_thread_pct=None,
+            mps_memory_limit_mib=limit,
+            alternatives=choice.alternatives,
+        )
 
 
 def slot_of(choice: Choice) -> str:

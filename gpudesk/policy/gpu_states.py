@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+import msgspec
 
 from gpudesk.core.mig_profiles import compute_slices, short_name
 from gpudesk.policy.demand import reservation
@@ -61,8 +62,7 @@ class Readings(Protocol):
     def usage(self) -> Mapping[int, PeakUsage]: ...  # by attempt id
 
 
-@dataclass(frozen=True)
-class RunningAttempt:
+class RunningAttempt(msgspec.Struct, frozen=True):
     """A running attempt as placement sees it: where it runs and what it was assumed to need."""
 
     attempt_id: int

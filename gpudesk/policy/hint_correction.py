@@ -26,7 +26,7 @@ any. A corrected figure is not taken as "unknown" for being a large share of the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import msgspec
 
 from gpudesk.policy.demand import Demand
 
@@ -42,12 +42,11 @@ CONSISTENT_SPREAD = 1.5
 DISTINCT_HINTS = 2
 
 
-@dataclass
-class HintRatios:
+class HintRatios(msgspec.Struct):
     """Per command family and distinct hint (MiB, rounded), the largest measured-peak ÷ hint
     ratio of its settled members: what the engine's store keeps (family_hint_ratios)."""
 
-    ratios: dict[str, dict[int, float]] = field(default_factory=dict)
+    ratios: dict[str, dict[int, float]] = msgspec.field(default_factory=dict)
 
     def learn(self, family: str, hint_mib: float, peak_mib: float) -> float:
         """A member whose memory settled at `peak_mib` had been hinted at `hint_mib`; its
@@ -78,4 +77,6 @@ class HintRatios:
         factor = self.factor(family) if demand.source == "hint" else None
         if factor is None:
             return demand
-        return replace(demand, memory_mib=demand.memory_mib * factor, source=CORRECTED_SOURCE)
+        return msgspec.structs.replace(
+            demand, memory_mib=demand.memory_mib * factor, source=CORRECTED_SOURCE
+        )

@@ -8,12 +8,13 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from functools import reduce
 from itertools import groupby
 from math import copysign
 from operator import add, itemgetter
 from typing import cast
+
+import msgspec
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
 from gpudesk.core.wire.model import ModelParamView, ParamKind
@@ -29,8 +30,7 @@ from gpudesk.policy.model_params import (
 from gpudesk.policy.rates import MIN_RATE, cap_factor, kernel_active, shared_rates
 
 
-@dataclass(frozen=True)
-class Observation:
+class Observation(msgspec.Struct, frozen=True):
     """A job's measured rate (against its rate alone) while it ran beside `others`."""
 
     mechanism: str
@@ -197,8 +197,7 @@ def _estimate_all(fit: _Fit, params: ModelParams) -> None:
             implied[i], reads[i] = noted_estimate(params, kept.obs)
 
 
-@dataclass(frozen=True)
-class KeptObservation:
+class KeptObservation(msgspec.Struct, frozen=True):
     """An observation the learner keeps to refit from, with when it came and whether a
     calibration probe (`gpudesk calibrate`) measured it rather than a job's progress."""
 
@@ -210,8 +209,7 @@ class KeptObservation:
     owner: int | None = None
 
 
-@dataclass(frozen=True)
-class FrozenTotal:
+class FrozenTotal(msgspec.Struct, frozen=True):
     """One parameter's totals as a gpudesk before the joint refit stored them (store schema 5):
     the sum and count of the values its observations implied, each computed with the other
     parameters as they were at that moment, and how many came from calibration probes. The
@@ -224,8 +222,7 @@ class FrozenTotal:
     updated_at: float | None
 
 
-@dataclass(frozen=True)
-class LearnedParam:
+class LearnedParam(msgspec.Struct, frozen=True):
     name: str
     value: float
     prior: float
@@ -256,8 +253,7 @@ class LearnedParam:
         )
 
 
-@dataclass
-class _Fit:
+class _Fit(msgspec.Struct):
     """One GPU model's kept observations and where their refit stands."""
 
     kept: deque[KeptObservation]
@@ -270,10 +266,12 @@ class _Fit:
     # each kept observation's `estimate` as the last sweep read it, and the parameters that
     # estimate read with their values (`noted_estimate`; None: not estimated yet): under
     # parameters with those values it is the same, and is not estimated again
-    implied: list[tuple[str, float] | None] = field(default_factory=list)
-    reads: list[Reads | None] = field(default_factory=list)
+    implied: list[tuple[str, float] | None] = msgspec.field(default_factory=list)
+    reads: list[Reads | None] = msgspec.field(default_factory=list)
     sweeps: int = 0  # the last refit's
-    counts: dict[str, int] = field(default_factory=dict)  # observations behind each parameter
+    counts: dict[str, int] = msgspec.field(
+        default_factory=dict
+    )  # observations behind each parameter
 
 
 class Learner:

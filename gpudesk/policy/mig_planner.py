@@ -28,13 +28,15 @@ from __future__ import annotations
 import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Protocol
+
+import msgspec
 
 from gpudesk.core.gpu_models import GpuModel
 from gpudesk.core.mig_layout import LayoutError, plan_layout
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, SliceSpan, table_for_gpu
 from gpudesk.core.mig_records import GiProfile, MigMode
+from gpudesk.core.record_dict import record_dict
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.mig import (
     MigPlanView,
@@ -115,8 +117,7 @@ class PlansOnly:
 
 
 # ---------------------------------------------------------------------------------- inputs
-@dataclass(frozen=True)
-class QueuedDemand:
+class QueuedDemand(msgspec.Struct, frozen=True):
     """A queued single-GPU job as the planner sees it, in queue (placement) order."""
 
     job_id: int
@@ -172,8 +173,7 @@ def any_whole_gpu(gpus: Sequence[GpuState]) -> bool:
     return any(g.runs_whole for g in gpus)
 
 
-@dataclass(frozen=True)
-class GpuMigState:
+class GpuMigState(msgspec.Struct, frozen=True):
     """One MIG-capable GPU as the planner needs it.
 
     `mig_mode` is `MigMode.state`: "enabled", "pending" (enabled, waiting for a GPU reset) or
@@ -185,7 +185,7 @@ class GpuMigState:
     name: str
     mig_mode: str
     profiles: tuple[GiProfile, ...] = ()
-    placements: Mapping[int, tuple[SliceSpan, ...]] = field(default_factory=dict)
+    placements: Mapping[int, tuple[SliceSpan, ...]] = msgspec.field(default_factory=dict)
     current: tuple[str, ...] = ()
     has_gpu_instances: bool = False
     has_compute_instances: bool = False
@@ -201,8 +201,7 @@ class GpuMigState:
 
 
 # --------------------------------------------------------------------------------- results
-@dataclass(frozen=True)
-class WantedSlice:
+class WantedSlice(msgspec.Struct, frozen=True):
     """A MIG slice the plan creates, and the queued job it is for."""
 
     profile: str
@@ -215,8 +214,7 @@ class WantedSlice:
     job_sm_pct: float
 
 
-@dataclass(frozen=True)
-class LeftOut:
+class LeftOut(msgspec.Struct, frozen=True):
     """A queued job the plan gives no slice, and why."""
 
     job_id: int
@@ -224,14 +222,12 @@ class LeftOut:
     reason: str
 
 
-@dataclass(frozen=True)
-class Blocker:
+class Blocker(msgspec.Struct, frozen=True):
     code: str  # one of the BLOCKED_* codes
     message: str
 
 
-@dataclass(frozen=True)
-class MigPlan:
+class MigPlan(msgspec.Struct, frozen=True):
     gpu: int
     gpu_name: str
     mig_mode: str
@@ -277,13 +273,15 @@ class MigPlan:
             wanted=self.wanted_profiles,
             # each slice is for one job; "jobs" lists it as the MIG screen reads it. A held job
             # is given no slice (pack_queue): job_held stays in the wire for older clients.
-            slices=[PlanSlice(**asdict(s), job_held=False, jobs=[s.job_id]) for s in self.wanted],
+            slices=[
+                PlanSlice(**record_dict(s), job_held=False, jobs=[s.job_id]) for s in self.wanted
+            ],
             spare=list(self.spare),
-            left_out=[PlanLeftOut(**asdict(j)) for j in self.left_out],
+            left_out=[PlanLeftOut(**record_dict(j)) for j in self.left_out],
             left_out_total=self.left_out_total,
             commands=list(self.commands),
             allowed=self.allowed,
-            blockers=[PlanBlocker(**asdict(b)) for b in self.blockers],
+            blockers=[PlanBlocker(**record_dict(b)) for b in self.blockers],
             reason=self.reason,
             enable_hint=self.enable_hint,
             running_jobs=list(self.running_job_ids),

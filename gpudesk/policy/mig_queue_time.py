@@ -18,9 +18,11 @@ has where the new one would drain the queue later.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
+
+import msgspec
 
 from gpudesk import render
 from gpudesk.core.wire.mig import QueueTimeView
@@ -252,7 +254,7 @@ def off_gpu_layout(
     if found is None or gpu.profiles or gpu.mig_enabled:
         return None
     profiles, placements = simulated_profiles(found[1], gpu.index)
-    state = replace(gpu, profiles=profiles, placements=placements)
+    state = msgspec.structs.replace(gpu, profiles=profiles, placements=placements)
     plan = plan_gpu(
         state, queue, repartition_allowed=False, simulated=True, commands_from=PlansOnly()
     )

@@ -6,15 +6,16 @@ params file (`gpudesk calibrate`'s, a simulation's truth) read.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
 from math import inf
 from pathlib import Path
 
+import msgspec
+
+from gpudesk.core.record_dict import record_dict
 from gpudesk.named_file import read_named_json
 
 
-@dataclass(frozen=True)
-class Workload:
+class Workload(msgspec.Struct, frozen=True):
     """What a job asks of a GPU while it runs alone on a whole one (fractions, 0..1)."""
 
     sm: float  # SM activity
@@ -22,8 +23,7 @@ class Workload:
     thread_cap: float | None = None  # an MPS client's active-thread share (None: all SMs)
 
 
-@dataclass(frozen=True)
-class ModelParams:
+class ModelParams(msgspec.Struct, frozen=True):
     """The model's constants for one GPU model (see the module docstring for where each acts)."""
 
     mps_tenant_cost: float
@@ -33,18 +33,20 @@ class ModelParams:
     membw_per_sm: float  # a job's bandwidth share per unit of SM share, when it gives none
 
     def with_values(self, values: Mapping[str, float]) -> ModelParams:
-        known = {f.name for f in fields(self)}
-        return replace(self, **{k: float(v) for k, v in values.items() if k in known})
+        known = {f.name for f in msgspec.structs.fields(self)}
+        return msgspec.structs.replace(
+            self, **{k: float(v) for k, v in values.items() if k in known}
+        )
 
     def to_dict(self) -> dict[str, float]:
-        return asdict(self)
+        return record_dict(self)
 
 
 # The most a parameters file may hold (a truth or calibration file: the stored H100 calibration
 # is 17 KB; assumption: 1,000 times that)
 MAX_PARAMS_BYTES = 16 * 1024 * 1024
 
-PARAM_NAMES = tuple(f.name for f in fields(ModelParams))
+PARAM_NAMES = tuple(f.name for f in msgspec.structs.fields(ModelParams))
 
 # --- where the defaults come from ---------------------------------------------------------
 # The seed's collocation table (A100-40GB): DLRM (5 % SM) beside ResNet152 (82 % SM) under MPS
@@ -108,8 +110,7 @@ def load_params_file(path: str | Path, where: str, base: ModelParams | None = No
     return params_from_json(data, f"{where} {path}", base)
 
 
-@dataclass(frozen=True)
-class Provenance:
+class Provenance(msgspec.Struct, frozen=True):
     kind: str  # "published", "derived", "assumption", "learned", "calibrated"
     source: str
 

@@ -7,8 +7,8 @@ wrong) out."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
+from gpudesk.core.record_dict import record_dict
 from gpudesk.policy.interference import Observation, Workload
 
 MAX_OBSERVATIONS = 10_000  # per model_observe request
@@ -37,7 +37,7 @@ def workload_from_dict(raw: object, what: str) -> Workload:
 def observation_to_json(obs: Observation) -> str:
     """An observation as the store keeps it: the wire format (what `Client.model_observe`
     sends), so `observation_from_json` is `observation_from_dict` and one reader serves both."""
-    return json.dumps(asdict(obs), separators=(",", ":"))
+    return json.dumps(record_dict(obs), separators=(",", ":"))
 
 
 def observation_from_json(text: str) -> Observation:
@@ -56,7 +56,7 @@ def observation_from_dict(raw: object, what: str = "observation") -> Observation
     workloads as objects); ValueError naming what is wrong."""
     if not isinstance(raw, dict):
         raise ValueError(f"{what} must be an object")
-    unknown = set(raw) - {f for f in Observation.__dataclass_fields__}
+    unknown = set(raw) - set(Observation.__struct_fields__)
     if unknown:
         raise ValueError(f"{what}: unknown field(s) {', '.join(sorted(unknown))}")
     mechanism = raw.get("mechanism")

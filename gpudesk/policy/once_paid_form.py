@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.policy.model_params import ModelParams, Workload
 from gpudesk.policy.rates import shared_rates
@@ -55,7 +57,7 @@ def once_paid_rates(
 
 @functools.lru_cache(maxsize=256)
 def _spread(params: ModelParams, tenants: int) -> ModelParams:
-    return replace(
+    return msgspec.structs.replace(
         params,
         mps_tenant_cost=params.mps_tenant_cost / (tenants - 1),
         naive_switch_cost=params.naive_switch_cost / (tenants - 1),

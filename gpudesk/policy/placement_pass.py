@@ -6,7 +6,8 @@ queue position (`Lookahead`): what `collocation.SharingPolicy.place` keeps betwe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.demand import HEAVY_SM_PCT, MARGIN_MIB, hinted
@@ -66,8 +67,7 @@ class Lookahead:
 Shape = tuple[int, bool, bool, bool, int]
 
 
-@dataclass
-class Pass:
+class Pass(msgspec.Struct):
     """One placement pass as it goes.
 
     `no_room`: the demands that found no room, by shape (`Shape`): a job needing at least as
@@ -83,9 +83,11 @@ class Pass:
     station: StationView
     lookahead: Lookahead
     as_is: AsIs
-    rejections: list[Rejection] = field(default_factory=list)
-    overtaken: dict[int, int] = field(default_factory=dict)
+    rejections: list[Rejection] = msgspec.field(default_factory=list)
+    overtaken: dict[int, int] = msgspec.field(default_factory=dict)
     waiting: JobRecord | None = None  # the first GPU job that could not start
-    reserved: set[int] = field(default_factory=set)  # GPUs held for it once overtaken enough
+    reserved: set[int] = msgspec.field(
+        default_factory=set
+    )  # GPUs held for it once overtaken enough
     reserved_for: int | None = None  # the job they are held for
-    no_room: dict[Shape, Frontier] = field(default_factory=dict)
+    no_room: dict[Shape, Frontier] = msgspec.field(default_factory=dict)

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Generic, Protocol, TypeVar, overload
 
+import msgspec
+
 from gpudesk.core.mig_profiles import COMPUTE_SLICES
 from gpudesk.core.records import JobRecord
 from gpudesk.core.station import StationConfig
@@ -51,10 +53,11 @@ class _memo(Generic[_T]):
 def made_frozen(cls: type[_T], values: dict[str, Any]) -> _T:
     """An instance of the frozen dataclass `cls` whose fields are `values` (every field named,
     none defaulted; no `__post_init__` run), made without `__init__`, which sets each field
-    through `object.__setattr__`: a `Placement` cost ~7.5 µs that way and a placement pass
-    makes one for each job it places, a `Tenant` and up to six `Alternative`s besides
-    (collocation.ALTERNATIVES_KEPT). The same object as `cls(**values)`
-    (tests/policy/test_made_frozen.py)."""
+    through `object.__setattr__`: a placement pass makes a `Tenant` for each job it places and
+    a `GpuState` for each GPU it fills. (Its `Placement`s and `Alternative`s are msgspec Structs,
+    whose `__init__` is C and needs no such shortcut; these two stay dataclasses: `Tenant`
+    leaves `login` out of its equality and `GpuState` memoizes in its `__dict__`.) The same
+    object as `cls(**values)` (tests/policy/test_made_frozen.py)."""
     made = object.__new__(cls)
     made.__dict__.update(values)
     return made
@@ -81,8 +84,7 @@ class Tenant:
     measured_remaining_s: float | None = None
 
 
-@dataclass(frozen=True)
-class MigSlice:
+class MigSlice(msgspec.Struct, frozen=True):
     key: str  # the MIG device's UUID (live), or a name the simulator gave it
     profile: str  # "3g.20gb"
     memory_mib: float
@@ -205,8 +207,7 @@ class GpuState:
 _GPU_STATE_FIELDS = tuple(f.name for f in fields(GpuState))
 
 
-@dataclass(frozen=True)
-class Alternative:
+class Alternative(msgspec.Struct, frozen=True):
     """A placement the policy weighed for a job, with what the interference model predicted:
     the job's speed there (1.0 = alone on a whole GPU) and the work per second the station
     gains (the job's speed minus what it costs the tenants it would join)."""
@@ -227,15 +228,16 @@ class Alternative:
         }
 
 
-@dataclass(frozen=True)
-class Placement:
+class Placement(msgspec.Struct, frozen=True):
     job_id: int
     slot: str
     mode: str  # "cpu", "exclusive", "naive", "mps" or "mig"
     reason: str
     gpus: tuple[int, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)  # set as given (device visibility)
-    env_defaults: Mapping[str, str] = field(default_factory=dict)  # unless the job sets them
+    env: Mapping[str, str] = msgspec.field(default_factory=dict)  # set as given (device visibility)
+    env_defaults: Mapping[str, str] = msgspec.field(
+        default_factory=dict
+    )  # unless the job sets them
     demand: Mapping[str, Any] | None = None  # what the policy assumed the job needs
     mig_slice: str | None = None  # the MIG device it runs on
     mps_thread_pct: int | None = None  # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for an MPS client
@@ -260,23 +262,22 @@ class Placement:
         return data
 
 
-@dataclass(frozen=True)
-class Rejection:
+class Rejection(msgspec.Struct, frozen=True):
     job_id: int
     reason: str
 
 
-@dataclass(frozen=True)
-class Decision:
-    placements: list[Placement] = field(default_factory=list)
-    rejections: list[Rejection] = field(default_factory=list)
-    overtaken: dict[int, int] = field(default_factory=dict)  # job id -> later jobs started first
+class Decision(msgspec.Struct, frozen=True):
+    placements: list[Placement] = msgspec.field(default_factory=list)
+    rejections: list[Rejection] = msgspec.field(default_factory=list)
+    overtaken: dict[int, int] = msgspec.field(
+        default_factory=dict
+    )  # job id -> later jobs started first
     # GPU index -> the waiting job it is held for (no new job starts there until that one has)
-    held: dict[int, int] = field(default_factory=dict)
+    held: dict[int, int] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class StationView:
+class StationView(msgspec.Struct, frozen=True):
     """What a policy may know about the station right now."""
 
     config: StationConfig
@@ -286,11 +287,11 @@ class StationView:
     gpu_states: tuple[GpuState, ...] = ()  # memory, SM window, tenants, MIG slices, lost
     gpu_problem: str | None = None  # the backend cannot read the GPUs right now
     simulated: bool = False
-    demands: Mapping[int, Any] = field(default_factory=dict)  # job id -> demand.Demand
-    overtaken: Mapping[int, int] = field(default_factory=dict)  # job id -> times overtaken
+    demands: Mapping[int, Any] = msgspec.field(default_factory=dict)  # job id -> demand.Demand
+    overtaken: Mapping[int, int] = msgspec.field(default_factory=dict)  # job id -> times overtaken
     # GPU index -> the waiting job the last placement pass held it for (`Decision.held`): what
     # `show` says of a waiting job; a pass works out its own
-    held: Mapping[int, int] = field(default_factory=dict)
+    held: Mapping[int, int] = msgspec.field(default_factory=dict)
     interference: InterferenceModel = PRIOR_MODEL  # speeds under sharing, learned or prior
     # The GPUs were read at least once: before, their MIG mode and slices are not known yet.
     gpus_read: bool = True

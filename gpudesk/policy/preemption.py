@@ -35,7 +35,9 @@ priority, then the smallest loss, then the longest remaining time.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
+
+import msgspec
 
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.admission import ChangeJudge
@@ -52,8 +54,7 @@ PROTECT_FACTOR = 2.0
 MAX_ASKERS = 8
 
 
-@dataclass(frozen=True)
-class Preemptible:
+class Preemptible(msgspec.Struct, frozen=True):
     """A running job marked preemptible, as the decision sees it."""
 
     job_id: int
@@ -89,8 +90,7 @@ class Preemptible:
         return (self.priority, self.loss_s, -self.expected_left_s, self.job_id)
 
 
-@dataclass(frozen=True)
-class Preemption:
+class Preemption(msgspec.Struct, frozen=True):
     victim: int  # the job to preempt
     for_job: int  # the waiting job it makes room for
     gain_s: float
@@ -98,8 +98,7 @@ class Preemption:
     reason: str
 
 
-@dataclass(frozen=True)
-class Fits:
+class Fits(msgspec.Struct, frozen=True):
     """What the rule asks the placement policy (`placed_by`): whether it would start a job on
     a station as given, and whether a job waits for a change to the station that no preemption
     makes (an admin leaving MIG mode, a lost GPU back: `admission.ChangeJudge`)."""
@@ -149,7 +148,7 @@ def without(station: StationView, job_id: int) -> StationView:
         else g
         for g in station.gpu_states
     )
-    return replace(station, gpu_states=states)
+    return msgspec.structs.replace(station, gpu_states=states)
 
 
 # Remaining times the rule believes: those the engine measured (`Remaining.measured_s`, a job's

@@ -34,8 +34,9 @@ rules can be read and tested on their own (docs/interference.md).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
 from gpudesk.policy.interference import (
@@ -47,14 +48,12 @@ from gpudesk.policy.interference import (
 )
 
 
-@dataclass(frozen=True)
-class CoTenant:
+class CoTenant(msgspec.Struct, frozen=True):
     attempt_id: int
     job_id: int
 
 
-@dataclass(frozen=True)
-class Tenancy:
+class Tenancy(msgspec.Struct, frozen=True):
     """Where an attempt runs and beside whom: an interval lasts while this stays the same."""
 
     gpu: int
@@ -69,8 +68,7 @@ class Tenancy:
         return self.mode != "mig" and not self.others
 
 
-@dataclass(frozen=True)
-class Placed:
+class Placed(msgspec.Struct, frozen=True):
     """A running single-GPU attempt as tenancies are built from: where it runs."""
 
     attempt_id: int
@@ -111,14 +109,12 @@ def tenancies(placed: Sequence[Placed]) -> dict[int, Tenancy]:
     return result
 
 
-@dataclass
-class Point:
+class Point(msgspec.Struct):
     at: float  # time.monotonic() when the line was read
     done: float
 
 
-@dataclass(frozen=True)
-class Interval:
+class Interval(msgspec.Struct, frozen=True):
     """An ended interval that counts: long enough, and DONE grew over it."""
 
     tenancy: Tenancy
@@ -147,8 +143,7 @@ class Interval:
         )
 
 
-@dataclass
-class Progress:
+class Progress(msgspec.Struct):
     """One attempt's progress: its interval under the current tenancy, and what its intervals
     alone added up to (its own speed alone, measured in this attempt)."""
 
@@ -196,8 +191,7 @@ class Progress:
 MIN_ACTIVITY_SAMPLES = 3
 
 
-@dataclass
-class AloneActivity:
+class AloneActivity(msgspec.Struct):
     """What telemetry read of an attempt's GPU while the attempt ran there alone (no other
     attempt, no process outside gpudesk) in its steady phase (the engine adds no sample taken
     before its first progress line was read): SM activity and kernel-active time, as shares,
@@ -256,8 +250,7 @@ def slice_size(
     return 0, 0
 
 
-@dataclass(frozen=True)
-class AloneRate:
+class AloneRate(msgspec.Struct, frozen=True):
     """A command's progress rate (its DONE units per second) alone on a GPU, over its runs, and
     its steady SM share alone (%) over the `sm_runs` of them that read it (None: none did)."""
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
 from gpudesk.policy.model_params import ModelParams, Workload
@@ -125,8 +126,7 @@ def shared_rates(
     return [1.0] * len(tenants)
 
 
-@dataclass(frozen=True)
-class Prediction:
+class Prediction(msgspec.Struct, frozen=True):
     """What joining a GPU does: the job's rate, and the work per second the GPU gains."""
 
     rate: float  # the new job's

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Literal, Protocol
+
+import msgspec
 
 # The window the current rate is measured over. A rate changes when the job's tenancy does (a
 # co-tenant starts or ends), so the window must be short to follow it, and long enough that the
@@ -30,8 +31,7 @@ RATE_WINDOW_S = 60.0
 Source = Literal["progress", "history", "unknown"]
 
 
-@dataclass(frozen=True)
-class Remaining:
+class Remaining(msgspec.Struct, frozen=True):
     """A running job's remaining time and where it came from."""
 
     seconds: float | None  # None: unknown

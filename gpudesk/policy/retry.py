@@ -8,7 +8,8 @@ could ask the same.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
@@ -18,8 +19,7 @@ from gpudesk.units import MIB_PER_GIB
 OOM_RETRIES = 2  # attempts an out-of-memory death adds to a job's max_attempts
 
 
-@dataclass(frozen=True)
-class Ending:
+class Ending(msgspec.Struct, frozen=True):
     """How a settled attempt moves its job on."""
 
     state: JobState

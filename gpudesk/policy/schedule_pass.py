@@ -13,7 +13,8 @@ simulator replays it (policy.simulator): the one home of the order of its steps,
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+
+import msgspec
 
 from gpudesk.policy.policy import Decision
 
@@ -34,7 +35,7 @@ def schedule_pass(
         return
     elsewhere = [p for p in decision.placements if not relayable.intersection(p.gpus)]
     held_back = [p for p in decision.placements if relayable.intersection(p.gpus)]
-    commit(replace(decision, placements=elsewhere))
+    commit(msgspec.structs.replace(decision, placements=elsewhere))
     if repartition(relayable):
         commit(place_again())
     elif held_back:

@@ -7,8 +7,9 @@ stretches its kernels).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from gpudesk.core.mig_profiles import COMPUTE_SLICES, MEMORY_SLICES
 from gpudesk.policy.interference import (
@@ -35,7 +36,7 @@ def job_workload(run: SimRun, params: ModelParams) -> Workload:
     work = workload(sm_pct, run.job.membw_pct, params)
     placement = run.placement
     if placement is not None and placement.mode == "mps" and placement.mps_thread_pct:
-        work = replace(work, thread_cap=placement.mps_thread_pct / 100.0)
+        work = msgspec.structs.replace(work, thread_cap=placement.mps_thread_pct / 100.0)
     return work
 
 

@@ -6,8 +6,9 @@ the memory the engine would reserve for them by now, its recent SM activity, its
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from gpudesk.policy.demand import PEAK_SETTLED_S, reservation
 from gpudesk.policy.policy import GpuState, StationView, Tenant
@@ -84,10 +85,13 @@ def station_view(sim: Simulation) -> StationView:
             unusable = any(t.placed.mode == "exclusive" for t in on_gpu) or (
                 sim.reconfig_until.get(gpu, 0.0) > sim.now
             )
-            slices = tuple(replace(s, busy=unusable or s.key in busy_keys) for s in sim.slices[gpu])
+            slices = tuple(
+                msgspec.structs.replace(s, busy=unusable or s.key in busy_keys)
+                for s in sim.slices[gpu]
+            )
         elif sim.policy_name == "mig":
             mig_enabled, dynamic = True, True
-            slices = tuple(replace(s, busy=True) for s in sim.slices[gpu])
+            slices = tuple(msgspec.structs.replace(s, busy=True) for s in sim.slices[gpu])
         else:
             mig_enabled, dynamic, slices = False, False, ()
         states.append(

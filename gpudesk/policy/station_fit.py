@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+
+import msgspec
 
 from gpudesk.core.mig_profiles import (
     CARVED_PROFILES,
@@ -33,8 +34,7 @@ from gpudesk.policy.policy import (
 from gpudesk.units import gib
 
 
-@dataclass(frozen=True)
-class MigRules:
+class MigRules(msgspec.Struct, frozen=True):
     """How a placement policy runs jobs on GPUs in MIG mode."""
 
     slices: bool = True  # a one-GPU job may run on a MIG slice (CARMA: never)
@@ -43,8 +43,7 @@ class MigRules:
     whole_when_dynamic: bool = True
 
 
-@dataclass(frozen=True)
-class Ask:
+class Ask(msgspec.Struct, frozen=True):
     """What a job needs of the station's GPUs."""
 
     gpus: int
@@ -127,14 +126,13 @@ def runs_as_is(ask: Ask, rules: MigRules, station: StationView) -> bool:
     return ask.memory_mib <= most_memory_as_is(ask.gpus, ask.whole, rules, station)
 
 
-@dataclass
-class AsIs:
+class AsIs(msgspec.Struct):
     """`runs_as_is` over one placement pass: worked out once per job shape (GPUs, whole), since
     the MIG setup does not change within a pass and a long queue asks for every job."""
 
     rules: MigRules
     station: StationView
-    limits: dict[tuple[int, bool], float] = field(default_factory=dict)
+    limits: dict[tuple[int, bool], float] = msgspec.field(default_factory=dict)
 
     def __call__(self, gpus: int, whole: bool, memory_mib: float) -> bool:
         """`runs_as_is` for a job of this shape (plain values: no `Ask` on the hot path)."""

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.records import JobRecord
 from gpudesk.policy.demand import Demand, margin_mib
@@ -48,8 +49,7 @@ from gpudesk.policy.remaining import trusted_drain_s
 from gpudesk.render import duration
 
 
-@dataclass(frozen=True)
-class TailJoin:
+class TailJoin(msgspec.Struct, frozen=True):
     """Why a tail join pays: the job's finish there and waiting's, and its tenants' latest."""
 
     gpu: int

@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from gpudesk.core.records import UsageSpan
 from gpudesk.policy.fairshare import SECONDS_PER_HOUR, FairShare, span_usage
 
 
-@dataclass
-class UsageLedger:
+class UsageLedger(msgspec.Struct):
     """Each user's decayed usage, kept up to date by `advance`, `expire` and `add`."""
 
     share: FairShare
@@ -48,10 +48,10 @@ class UsageLedger:
     seen_id: int = 0
     floor: int = 0
     # uid -> the sum of their counted ended attempts' terms at `at`, and how many they are
-    ended: dict[int, float] = field(default_factory=dict)
-    counted: dict[int, int] = field(default_factory=dict)
+    ended: dict[int, float] = msgspec.field(default_factory=dict)
+    counted: dict[int, int] = msgspec.field(default_factory=dict)
     # attempt id -> an attempt not ended at `at` (running, or ending after `at`)
-    open: dict[int, UsageSpan] = field(default_factory=dict)
+    open: dict[int, UsageSpan] = msgspec.field(default_factory=dict)
 
     @property
     def cut(self) -> float:

@@ -4,10 +4,11 @@ placeholders substituted, `after` ordered, names kept unique.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any
+
+import msgspec
 
 from gpudesk.core.field_checks import check_job_name
 from gpudesk.core.jobs import JobSpec, check_command, check_env, check_name, check_workdir, describe
@@ -133,7 +134,7 @@ class _Builder(_Entries):
                     continue
                 made_by[spec.name] = entry.key
                 made.setdefault(entry.key, []).append(len(jobs))
-                jobs.append(dataclasses.replace(spec, **after) if after else spec)
+                jobs.append(msgspec.structs.replace(spec, **after) if after else spec)
                 self.origins.append(JobOrigin(where, point, points))
         return jobs
 
@@ -222,7 +223,7 @@ class _Builder(_Entries):
         sweep = entry.name if entry.key[0] == "sweeps" else None
         tracking = self.tracking
         if tracking is not None and sweep is not None:
-            tracking = dataclasses.replace(
+            tracking = msgspec.structs.replace(
                 tracking,
                 params={param: _param_value(values[param]) for param in entry.grid},
                 sweep_params={

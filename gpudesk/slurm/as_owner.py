@@ -20,7 +20,8 @@ import signal
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.identity import Identity
 from gpudesk.spawn import SAFE_CWD
@@ -28,8 +29,7 @@ from gpudesk.spawn import SAFE_CWD
 MAX_OUTPUT_BYTES = 8 << 20  # squeue of a 10,000-task array is about 0.6 MB
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(msgspec.Struct, frozen=True):
     """How a program run for an owner ended, and what it wrote (each stream cut at the bound)."""
 
     returncode: int

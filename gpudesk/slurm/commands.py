@@ -20,7 +20,8 @@ import contextlib
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.cluster import has_control
 from gpudesk.core.identity import Identity
@@ -64,8 +65,7 @@ class SlurmError(Exception):
     """A Slurm command failed; str() is one paragraph for the user."""
 
 
-@dataclass(frozen=True)
-class QueueLine:
+class QueueLine(msgspec.Struct, frozen=True):
     """One line of squeue: a job, an array task, or an array's pending tasks ("12_[3-7]")."""
 
     slurm_id: str  # "12", "12_3", "12_[3-7]"
@@ -81,8 +81,7 @@ class QueueLine:
         return "[" in self.slurm_id
 
 
-@dataclass(frozen=True)
-class Ended:
+class Ended(msgspec.Struct, frozen=True):
     """How an ended job ended, from scontrol or the job completion log."""
 
     state: str  # COMPLETED, FAILED, CANCELLED, TIMEOUT ...

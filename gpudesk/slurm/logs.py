@@ -9,7 +9,7 @@ its own user's file itself (gpudesk.joblog), as for a station job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from gpudesk.core.identity import Identity
 from gpudesk.slurm.as_owner import TimedOut, run_as
@@ -30,8 +30,7 @@ class LogUnreadable(Exception):
     """The owner's process could not read the log; str() says why, in one paragraph."""
 
 
-@dataclass(frozen=True)
-class LogRead:
+class LogRead(msgspec.Struct, frozen=True):
     data: bytes  # at most the bytes asked for, from the offset asked
     end: int  # the file's size when it was read
 

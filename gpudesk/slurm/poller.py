@@ -12,7 +12,8 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from gpudesk.core.identity import Identity
 from gpudesk.env_seconds import env_seconds
@@ -45,8 +46,7 @@ def poll_s(changed_at: float | None, now: float) -> float:
     return FAST_POLL_S if recent else POLL_S
 
 
-@dataclass(frozen=True)
-class Watched:
+class Watched(msgspec.Struct, frozen=True):
     """A job the poller asks about (a copy of its row: the thread never reads the store)."""
 
     job_id: int
@@ -62,8 +62,7 @@ class Watched:
         return self.submission if self.task is None else f"{self.submission}_{self.task}"
 
 
-@dataclass(frozen=True)
-class Heard:
+class Heard(msgspec.Struct, frozen=True):
     """What the poller heard of one job: its squeue line, how it ended, or that no one knows
     it (`line` and `ended` None)."""
 
@@ -74,12 +73,11 @@ class Heard:
     sent: str | None = None  # an intent's sbatch found in Slurm: its submission's id
 
 
-@dataclass
-class _Shared:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    watched: list[Watched] = field(default_factory=list)
+class _Shared(msgspec.Struct):
+    lock: threading.Lock = msgspec.field(default_factory=threading.Lock)
+    watched: list[Watched] = msgspec.field(default_factory=list)
     # (conf, owner, Slurm ids, job ids, the signal to send: None cancels)
-    cancels: list[tuple[str, Identity, list[str], list[int], str | None]] = field(
+    cancels: list[tuple[str, Identity, list[str], list[int], str | None]] = msgspec.field(
         default_factory=list
     )
 

@@ -5,15 +5,14 @@ take them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 # A row's submission while its sbatch may or may not have reached Slurm (an intent row).
 SENDING = ""
 SENDING_STATE = "SUBMITTING"  # its Slurm state meanwhile, for the views
 
 
-@dataclass(frozen=True)
-class SlurmRow:
+class SlurmRow(msgspec.Struct, frozen=True):
     job_id: int
     cluster: str  # its name, for the views
     conf: str  # the slurm.conf its commands read

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.core.jobs import (
@@ -35,8 +36,7 @@ class SlurmMappingError(ValueError):
     """A job asks for something this cluster cannot be asked for (or not in this way)."""
 
 
-@dataclass(frozen=True)
-class GresOffer:
+class GresOffer(msgspec.Struct, frozen=True):
     """The GPU gres a cluster's nodes offer, from `sinfo -h -o %G` (`known` False: not asked,
     as for `gpudesk export slurm` without a cluster to ask; every choice is then the job's
     own or a whole GPU)."""
@@ -97,8 +97,7 @@ def mig_memory_gb(profile: str) -> int | None:
     return int(match.group(2)) if match else None
 
 
-@dataclass(frozen=True)
-class SbatchOption:
+class SbatchOption(msgspec.Struct, frozen=True):
     """One sbatch option and why it is there."""
 
     flag: str  # "--gres"

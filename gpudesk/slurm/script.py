@@ -16,7 +16,8 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.cluster import ClusterSpec
 from gpudesk.core.jobs import JobSpec
@@ -90,8 +91,7 @@ def literal(path: str) -> str:
     return path.replace("%", "%%")
 
 
-@dataclass(frozen=True)
-class Task:
+class Task(msgspec.Struct, frozen=True):
     """One job of a submission: its spec, and gpudesk's id for it (None: not submitted by
     gpudesk, as in `gpudesk export slurm`)."""
 
@@ -99,8 +99,7 @@ class Task:
     job_id: int | None = None
 
 
-@dataclass(frozen=True)
-class Submission:
+class Submission(msgspec.Struct, frozen=True):
     """One sbatch: a job, or an array of jobs (one task each, in order)."""
 
     tasks: tuple[Task, ...]

@@ -12,8 +12,9 @@ import contextlib
 import pwd
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from gpudesk import __version__
 from gpudesk.core.cluster import ClusterSpec
@@ -69,8 +70,7 @@ def conf_for(cluster: ClusterSpec, base_env: Mapping[str, str] | None, owner: Id
     return site_conf()
 
 
-@dataclass(frozen=True)
-class Prepared:
+class Prepared(msgspec.Struct, frozen=True):
     """What step 1 found out (off the loop): the cluster, its clients, its offer, its name."""
 
     cluster: ClusterSpec
@@ -82,8 +82,7 @@ class Prepared:
     home: str = ""
 
 
-@dataclass(frozen=True)
-class SendPlan:
+class SendPlan(msgspec.Struct, frozen=True):
     """One sbatch as the loop planned it (step 2), for the worker to send (step 3)."""
 
     submission: Submission
@@ -100,8 +99,7 @@ class SendPlan:
         return [row.job_id for row in self.rows]
 
 
-@dataclass(frozen=True)
-class Sent:
+class Sent(msgspec.Struct, frozen=True):
     """Step 3's outcome: (job id, Slurm id of its submission) for each job sent, the jobs that
     can never run (a parent failed), or why the whole request was refused (all undone)."""
 

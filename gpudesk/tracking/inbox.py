@@ -7,13 +7,13 @@ engine's rate-limited complaint about that worker)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.tracking import messages
 
 
-@dataclass
-class Inbox:
+class Inbox(msgspec.Struct):
     dropped: Callable[[str], None]  # why a line was not taken
     buffer: bytes = b""  # the start of a line whose end has not come
     discarding: bool = False  # within an overlong line: dropped up to its end

@@ -24,8 +24,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import msgspec
 
 MAX_LINE_BYTES = 4 * 1024 * 1024  # an op line longer than this is refused by the worker
 # A reply is a key, a run id, a store's URI and an error message: far less than this. A longer
@@ -51,8 +52,7 @@ class BadMessage(ValueError):
     """A line that is not one of this module's messages."""
 
 
-@dataclass(frozen=True)
-class MetricPoint:
+class MetricPoint(msgspec.Struct, frozen=True):
     """One value of a metric: MLflow's (key, value, timestamp in ms, step)."""
 
     name: str
@@ -61,8 +61,7 @@ class MetricPoint:
     step: int
 
 
-@dataclass(frozen=True)
-class CreateRun:
+class CreateRun(msgspec.Struct, frozen=True):
     """Make the run for `key` (or find the one tagged with it) in `experiment`, with `tags`
     and `params`; under the run of `parent` (a key) when given."""
 
@@ -72,26 +71,24 @@ class CreateRun:
     run_name: str
     status: str = "SCHEDULED"
     start_ms: int | None = None
-    tags: Mapping[str, str] = field(default_factory=dict)
-    params: Mapping[str, str] = field(default_factory=dict)
+    tags: Mapping[str, str] = msgspec.field(default_factory=dict)
+    params: Mapping[str, str] = msgspec.field(default_factory=dict)
     parent: str | None = None
     op: Literal["create"] = "create"
 
 
-@dataclass(frozen=True)
-class LogToRun:
+class LogToRun(msgspec.Struct, frozen=True):
     """Metrics, params and tags for the run of `key`."""
 
     uri: str
     key: str
     metrics: tuple[MetricPoint, ...] = ()
-    params: Mapping[str, str] = field(default_factory=dict)
-    tags: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, str] = msgspec.field(default_factory=dict)
+    tags: Mapping[str, str] = msgspec.field(default_factory=dict)
     op: Literal["log"] = "log"
 
 
-@dataclass(frozen=True)
-class SetStatus:
+class SetStatus(msgspec.Struct, frozen=True):
     """The run of `key` is now `status`; `end_ms` ends it. `ack`: reply `acked` once done."""
 
     uri: str
@@ -102,8 +99,7 @@ class SetStatus:
     op: Literal["status"] = "status"
 
 
-@dataclass(frozen=True)
-class BindRun:
+class BindRun(msgspec.Struct, frozen=True):
     """The run of `key` is `run_id` (the engine stored it): no need to look for it."""
 
     uri: str
@@ -115,28 +111,24 @@ class BindRun:
 Op = CreateRun | LogToRun | SetStatus | BindRun
 
 
-@dataclass(frozen=True)
-class RunMade:
+class RunMade(msgspec.Struct, frozen=True):
     key: str
     run_id: str
     kind: Literal["run"] = "run"
 
 
-@dataclass(frozen=True)
-class Acked:
+class Acked(msgspec.Struct, frozen=True):
     key: str
     kind: Literal["acked"] = "acked"
 
 
-@dataclass(frozen=True)
-class Rejected:
+class Rejected(msgspec.Struct, frozen=True):
     key: str
     message: str
     kind: Literal["rejected"] = "rejected"
 
 
-@dataclass(frozen=True)
-class Health:
+class Health(msgspec.Struct, frozen=True):
     """A store's state: `queued` updates waiting for it, `error` while it fails (None once it
     answers again), `dropped` metric points let go because too many waited."""
 
@@ -152,7 +144,7 @@ Reply = RunMade | Acked | Rejected | Health
 
 def encode(message: Op | Reply) -> bytes:
     """One message as its line (with the newline)."""
-    data = {k: v for k, v in vars(message).items()}
+    data = msgspec.structs.asdict(message)  # its fields in order, values as they are
     if isinstance(message, LogToRun):
         data["metrics"] = [[m.name, m.value, m.timestamp_ms, m.step] for m in message.metrics]
     for key in ("tags", "params"):

@@ -16,7 +16,8 @@ does; this module holds no I/O).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 from gpudesk.results import Best, Goal, best
 from gpudesk.tracking.content import METRIC_NAME
@@ -24,23 +25,21 @@ from gpudesk.tracking.content import METRIC_NAME
 BEST_PREFIX = "best/"
 
 
-@dataclass
-class Rollup:
+class Rollup(msgspec.Struct):
     """One sweep's children, as far as they are known, and its best."""
 
     metric: str | None  # None: not chosen yet (no objective; no child's result seen)
     goal: Goal
     chosen: bool  # the metric is the sweep's objective (not the first result metric)
-    found: dict[int, Mapping[str, float]] = field(
+    found: dict[int, Mapping[str, float]] = msgspec.field(
         default_factory=dict
     )  # succeeded child -> metrics
-    names: dict[int, str] = field(default_factory=dict)
-    keys: dict[int, str] = field(default_factory=dict)  # child -> its run's key
+    names: dict[int, str] = msgspec.field(default_factory=dict)
+    keys: dict[int, str] = msgspec.field(default_factory=dict)  # child -> its run's key
     best: Best | None = None
 
 
-@dataclass(frozen=True)
-class BestChild:
+class BestChild(msgspec.Struct, frozen=True):
     """What the parent run is told: `best/<metric>` = `value` at `step`, held by `job`."""
 
     metric: str

@@ -32,8 +32,10 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from gpudesk.redact import redact_secrets
 from gpudesk.tracking import messages
@@ -143,7 +145,7 @@ class Worker:
             if isinstance(op, LogToRun) and op.metrics:
                 store.points -= len(op.metrics)
                 store.dropped += len(op.metrics)
-                store.ops[index] = (arrived, replace(op, metrics=()))
+                store.ops[index] = (arrived, msgspec.structs.replace(op, metrics=()))
                 return
         store.points = 0
 
@@ -240,7 +242,7 @@ class Worker:
                 first, kept = merged[op.key]
                 merged[op.key] = (
                     first,
-                    replace(
+                    msgspec.structs.replace(
                         kept,
                         metrics=kept.metrics + op.metrics,
                         params={**kept.params, **op.params},
@@ -359,14 +361,14 @@ class Worker:
                 client.log_batch(run_id, params=chunk)
             for tags in _chunks([RunTag(k, v) for k, v in op.tags.items()], MAX_BATCH_TAGS):
                 client.log_batch(run_id, tags=tags)
-            op = replace(op, params={}, tags={})
+            op = msgspec.structs.replace(op, params={}, tags={})
         while op.metrics:
             batch = op.metrics[:MAX_BATCH_METRICS]
             client.log_batch(
                 run_id,
                 metrics=[Metric(m.name, m.value, m.timestamp_ms, m.step) for m in batch],
             )
-            op = replace(op, metrics=op.metrics[MAX_BATCH_METRICS:])
+            op = msgspec.structs.replace(op, metrics=op.metrics[MAX_BATCH_METRICS:])
             if op.metrics:
                 return op
         return None

@@ -3,8 +3,7 @@ must not make: `core/job_edit.py` as a library."""
 
 from __future__ import annotations
 
-import dataclasses
-
+import msgspec
 import pytest
 
 from gpudesk.core.identity import Identity
@@ -112,13 +111,13 @@ def test_a_started_job_is_refused_whoever_asks_a_tracked_one_left_to_the_engine(
     tracked = JobSpec.from_dict({**SPEC.to_dict(), "tracking": {"mlflow_uri": "http://x:5000"}})
     # its run is made when it is placed: whether it is made yet, only the engine knows
     assert edit_refusal(JobRecord.queued(3, tracked, 0.0, owner)) is None
-    running = dataclasses.replace(queued, state=JobState.RUNNING)
+    running = msgspec.structs.replace(queued, state=JobState.RUNNING)
     assert edit_refusal(running) == (
         "job 3 (train) is running: only a job that has not started (queued, held, or waiting "
         "for the jobs it runs after) can be edited; `gpudesk requeue` runs a finished one "
         "again, and a requeued job can be edited"
     )
-    ended = dataclasses.replace(queued, state=JobState.FAILED)
+    ended = msgspec.structs.replace(queued, state=JobState.FAILED)
     assert "job 3 (train) is already failed:" in (edit_refusal(ended) or "")
 
 
@@ -126,7 +125,7 @@ def test_an_edit_keeps_the_tasks_an_arrays_id_named_and_names_them_for_a_new_one
     """An array's id made a dependency on its 200 tasks (more than a client may name): an edit
     of another field keeps them; one that names an array's id is given its tasks."""
     tasks = {1: {task: 1 + task for task in range(200)}, 500: {0: 500, 1: 501}}
-    waiting = dataclasses.replace(SPEC, after=tuple(range(1, 201)))
+    waiting = msgspec.structs.replace(SPEC, after=tuple(range(1, 201)))
     kept = job_edit(waiting, {}, {"gpus": 1}, {}, [], lambda i: tasks.get(i, {})).spec
     assert kept.after == waiting.after and kept.gpus == 1
     named = job_edit(waiting, {}, {"after_any": [500]}, {}, [], lambda i: tasks.get(i, {}))

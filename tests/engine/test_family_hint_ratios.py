@@ -5,12 +5,12 @@ Only hints that were too large are corrected (gpudesk/policy/hint_correction.py)
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sqlite3
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 from conftest import EngineHandle, wait_for
 
@@ -168,7 +168,7 @@ def test_an_edited_job_is_judged_by_its_new_command(tmp_path: Path) -> None:
         (job,) = store.submit([member("0.3", 28.0)])
         assert demands.corrects(job) and demands.corrects(job)
         other = JobSpec(name="c", command=("python", "eval.py", "--lr", "0.3"), memory_gb=28.0)
-        edited = dataclasses.replace(job, spec=other)
+        edited = msgspec.structs.replace(job, spec=other)
         assert not demands.corrects(edited)
         assert demands.of(edited).source == "hint"
     finally:

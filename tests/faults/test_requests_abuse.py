@@ -4,7 +4,6 @@ one the engine drops anyway is reported at once instead of after the 30 s time-o
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import socket
 import time
@@ -65,7 +64,7 @@ OPS: dict[str, tuple[dict[str, object], list[str]]] = {
     "submit": ({"jobs": [{"name": "ok", "command": ["true"]}]}, ["jobs", "env"]),
 }
 # every field a job or the station takes, from where they are defined: a new one is fuzzed too
-JOB_FIELDS = [f.name for f in dataclasses.fields(JobSpec)]
+JOB_FIELDS = [f.name for f in msgspec.structs.fields(JobSpec)]
 STATION_FIELDS = list(STATION_KEYS)
 
 

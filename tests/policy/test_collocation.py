@@ -7,6 +7,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 from test_jobs_protocol_policy import record  # same folder: on sys.path under pytest
 
@@ -72,7 +73,7 @@ def tenant(job_id: int, memory_gb: float, sm: float, mode: str = "mps") -> Tenan
 
 def job(job_id: int, memory_gb: float, sm: float, gpus: int = 1) -> JobRecord:
     rec = record(job_id, gpus=gpus, memory_gb=memory_gb)
-    return replace(rec, spec=replace(rec.spec, sm_pct=sm))
+    return msgspec.structs.replace(rec, spec=msgspec.structs.replace(rec.spec, sm_pct=sm))
 
 
 def test_heavy_to_idle_light_to_busy() -> None:
@@ -473,7 +474,7 @@ def test_known_peaks_earn_a_smaller_margin_so_dlrm_and_resnet152_share() -> None
         demands={2: Demand(8.47 * GIB, 82.0, "hint")},
     )
     assert SharingPolicy("auto").place([job(2, 8.47, 82)], view).placements == []  # 2 GiB margin
-    known = replace(view, demands={2: Demand(8.47 * GIB, 82.0, "history")})
+    known = msgspec.structs.replace(view, demands={2: Demand(8.47 * GIB, 82.0, "history")})
     (placed,) = SharingPolicy("auto").place([job(2, 8.47, 82)], known).placements
     assert placed.mode == "mps" and "predicted speed 0.96" in placed.reason
 

@@ -6,8 +6,7 @@ tests/engine/test_dependencies_slices.py)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+import msgspec
 import pytest
 
 from gpudesk.core.jobs import JobSpec, JobState
@@ -17,7 +16,7 @@ from gpudesk.policy.dependencies import pending_cancel, settle
 
 def record(job_id: int, state: JobState = JobState.QUEUED, **spec: object) -> JobRecord:
     job = JobRecord.queued(job_id, JobSpec(name=f"j{job_id}", command=("true",), **spec), 0.0)  # type: ignore[arg-type]
-    return replace(job, state=state)
+    return msgspec.structs.replace(job, state=state)
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
 from test_collocation import GIB, gpu, job, station  # same folder: on sys.path under pytest
 from test_mig_planner import a100, plan  # same folder
 
@@ -29,7 +30,7 @@ HALF = (
 def after_oom(view: StationView, job_id: int, memory_gib: float) -> StationView:
     """The job's demand as the engine gives it after an out-of-memory death: alone."""
     demand = Demand(memory_gib * GIB, 60.0, "after OOM", exclusive=True)
-    return replace(view, demands={job_id: demand})
+    return msgspec.structs.replace(view, demands={job_id: demand})
 
 
 def mig_gpu(*slices: MigSlice) -> object:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gpudesk.core.jobs import JobSpec
@@ -124,7 +125,7 @@ def test_carma_places_on_the_hint_as_given_and_auto_on_the_corrected_one() -> No
     )
     assert [p.job_id for p in SharingPolicy("auto").place([job], view).placements] == [1]
     assert CarmaPolicy().place([job], view).placements == []
-    assert CarmaPolicy().place([job], dataclasses.replace(view, demands={})).placements == []
+    assert CarmaPolicy().place([job], msgspec.structs.replace(view, demands={})).placements == []
 
 
 def test_a_hint_is_learned_when_its_run_settles_though_nothing_waits(tmp_path: Path) -> None:

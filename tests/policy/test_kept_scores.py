@@ -14,6 +14,7 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 from conftest import load_module
 
 from gpudesk.core.records import JobRecord
@@ -50,8 +51,10 @@ class _Fixed(InterferenceModel):
 # defaults with a narrower range (what measurements do to the robust rule's costs)
 MODELS = (
     None,
-    _Fixed(replace(DEFAULT_PARAMS, mps_tenant_cost=0.01, contention=0.05), 1.5),
-    _Fixed(replace(DEFAULT_PARAMS, mps_tenant_cost=0.2, naive_switch_cost=0.3), 1.5),
+    _Fixed(msgspec.structs.replace(DEFAULT_PARAMS, mps_tenant_cost=0.01, contention=0.05), 1.5),
+    _Fixed(
+        msgspec.structs.replace(DEFAULT_PARAMS, mps_tenant_cost=0.2, naive_switch_cost=0.3), 1.5
+    ),
     _Fixed(DEFAULT_PARAMS, 1.05),
 )
 
@@ -71,9 +74,9 @@ def _inputs() -> list[tuple[list[JobRecord], StationView]]:
         )
         for states in (gpus, reordered, foreign):
             for model in MODELS:
-                varied = replace(view, gpu_states=states)
+                varied = msgspec.structs.replace(view, gpu_states=states)
                 if model is not None:
-                    varied = replace(varied, interference=model)
+                    varied = msgspec.structs.replace(varied, interference=model)
                 found.append((queue, varied))
     return found
 

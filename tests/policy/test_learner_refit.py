@@ -6,8 +6,8 @@ that moment, and kept the value for ever)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
 
+import msgspec
 import pytest
 
 from gpudesk.policy.interference import (
@@ -33,7 +33,7 @@ def seen(mechanism: str, job: Workload, *others: Workload, slices: int = 0) -> O
     """What the engine would measure of `job` beside `others` (or on a MIG slice of `slices`
     compute and memory slices) if TRUTH held."""
     obs = Observation(mechanism, job, others, 1.0, slices, slices)
-    return replace(obs, rate=predicted_rate(TRUTH, obs))
+    return msgspec.structs.replace(obs, rate=predicted_rate(TRUTH, obs))
 
 
 def w(sm: float) -> Workload:
@@ -152,7 +152,7 @@ def test_the_priors_pull_on_one_parameter_does_not_come_back_magnified_in_anothe
 
     def at_truth(mechanism: str, job: Workload, *others: Workload) -> Observation:
         obs = Observation(mechanism, job, others, 1.0)
-        return replace(obs, rate=predicted_rate(truth, obs))
+        return msgspec.structs.replace(obs, rate=predicted_rate(truth, obs))
 
     below = [at_truth("mps", w(0.3), w(0.2), w(0.1))] * 150  # pressure 0.6: the co-tenant cost
     crowded = [at_truth("mps", w(0.7), w(0.3), w(0.1))] * 35  # pressure 1.1: contention
@@ -203,7 +203,7 @@ def test_a_group_a_rounding_error_past_a_full_gpu_tells_the_co_tenant_cost_not_c
     assert sum(t.sm for t in group) > 1.0
     truth = DEFAULT_PARAMS.with_values({"mps_tenant_cost": 0.04})
     obs = Observation("mps", group[0], group[1:], 1.0)
-    obs = replace(obs, rate=predicted_rate(truth, obs))
+    obs = msgspec.structs.replace(obs, rate=predicted_rate(truth, obs))
     said = estimate(DEFAULT_PARAMS, obs)
     assert said is not None and said[0] == "mps_tenant_cost"
     assert said[1] == pytest.approx(0.04)
@@ -224,7 +224,11 @@ def _mixed_observations(count: int, seed: int) -> list[Observation]:
         others = tuple(w(draw.choice((0.1, 0.3, 0.5))) for _ in range(draw.randint(1, 3)))
         kind = draw.choice(("mps", "mps", "capped", "naive", "mig", "alone"))
         if kind == "capped":
-            out.append(seen("mps", replace(job, thread_cap=draw.choice((0.3, 0.5))), *others))
+            out.append(
+                seen(
+                    "mps", msgspec.structs.replace(job, thread_cap=draw.choice((0.3, 0.5))), *others
+                )
+            )
         elif kind == "mig":
             out.append(seen("mig", job, slices=draw.choice((1, 2, 3))))
         elif kind == "alone":

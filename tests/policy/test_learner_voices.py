@@ -5,8 +5,7 @@ one voice (the median of their means), however many observations each sent
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+import msgspec
 import pytest
 
 from gpudesk.policy.interference import (
@@ -82,7 +81,7 @@ def test_one_member_cannot_move_how_the_others_observations_are_read() -> None:
     stand, contention is theirs."""
     truth = DEFAULT_PARAMS.with_values({"mps_tenant_cost": 0.05, "contention": 0.1})
     group = Observation("mps", Workload(0.7, 0.35), (Workload(0.5, 0.25),), 1.0)
-    crowded = replace(group, rate=predicted_rate(truth, group))
+    crowded = msgspec.structs.replace(group, rate=predicted_rate(truth, group))
     honest = [(pair(0.95), who) for who in (1002, 1003) for _ in range(3)]
     groups = [(crowded, who) for who in (1002, 1003) for _ in range(4)]
     learner = Learner()

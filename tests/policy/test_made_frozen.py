@@ -1,7 +1,8 @@
-"""The placement pass makes its `Tenant`s, `Placement`s and `Alternative`s without `__init__`
-(`policy.made_frozen`, to save a frozen dataclass's per-field `object.__setattr__` on the hot
-path): what it makes is the object `__init__` makes, every field set, equal and with the same
-`repr`, on the bench's inputs (a placement on every kind of GPU the pass meets there)."""
+"""The placement pass makes its `Tenant`s without `__init__` (`policy.made_frozen`, to save a
+frozen dataclass's per-field `object.__setattr__` on the hot path; its `Placement`s and
+`Alternative`s are msgspec Structs, made by their own `__init__`): what it makes is the object
+`__init__` makes, every field set, equal and with the same `repr`, on the bench's inputs (a
+placement on every kind of GPU the pass meets there)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from conftest import load_module
 
 from gpudesk.policy.collocation import SharingPolicy
 from gpudesk.policy.filled_station import FilledStation
-from gpudesk.policy.policy import Alternative, Placement, Tenant, made_frozen
+from gpudesk.policy.policy import Tenant, made_frozen
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = load_module("bench_policy_made_frozen", ROOT / "bench" / "policy.py")
@@ -26,10 +27,11 @@ def made_by_init(made: Any) -> Any:
 
 
 def test_made_frozen_is_what_init_makes() -> None:
-    values = {"slot": "gpu:0/mps", "mode": "mps", "rate": 0.5, "gain": 0.25, "note": "chosen"}
-    made = made_frozen(Alternative, values)
-    assert made == Alternative(**values) and repr(made) == repr(Alternative(**values))
-    assert hash(made) == hash(Alternative(**values))
+    values: dict[str, Any] = {f.name: None for f in fields(Tenant)}
+    values.update(job_id=7, mode="mps", memory_mib=1024.0, sm_pct=30.0, login="ada")
+    made = made_frozen(Tenant, values)
+    assert made == Tenant(**values) and repr(made) == repr(Tenant(**values))
+    assert hash(made) == hash(Tenant(**values))
 
 
 def test_the_pass_makes_what_init_makes() -> None:
@@ -40,8 +42,8 @@ def test_the_pass_makes_what_init_makes() -> None:
         view = BENCH.station(rng, 8, queue)
         policy = SharingPolicy("auto")
         decision = policy.place(queue, view)
-        made: list[Any] = list(decision.placements)
-        made += [a for p in decision.placements for a in p.alternatives]
+        assert decision.placements  # (the pass placed something: its tenants are checked below)
+        made: list[Any] = []
         # the tenants a pass places (the state after a `take`)
         plan = FilledStation({g.index: g for g in view.gpu_states})
         for placement in decision.placements[:3]:
@@ -55,4 +57,4 @@ def test_the_pass_makes_what_init_makes() -> None:
             assert each == again and repr(each) == repr(again)
             assert set(vars(each)) == {f.name for f in fields(each)}
             seen[type(each)] = seen.get(type(each), 0) + 1
-    assert {Placement, Alternative, Tenant} <= seen.keys(), seen
+    assert Tenant in seen, seen

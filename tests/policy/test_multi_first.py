@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
 from test_collocation import gpu, job, station, tenant  # same folder: on sys.path under pytest
 
 from gpudesk.core.records import JobRecord
@@ -36,7 +37,7 @@ def test_the_two_gpu_job_takes_the_two_idle_gpus_and_the_one_gpu_job_waits() -> 
 
 
 def test_a_due_one_gpu_job_goes_first() -> None:
-    view = replace(four_gpus_two_idle(), overtaken={HEAVY: MAX_OVERTAKES})
+    view = msgspec.structs.replace(four_gpus_two_idle(), overtaken={HEAVY: MAX_OVERTAKES})
     assert placed(SharingPolicy("auto").place(queue(), view)) == {HEAVY: (2,)}
 
 

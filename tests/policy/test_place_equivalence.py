@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 from conftest import load_module
 
@@ -144,11 +145,13 @@ def varied(
         spec, owner = job.spec, job.owner
         draw = rng.random()
         if draw < 0.05:
-            spec = replace(spec, gpus=0)
+            spec = msgspec.structs.replace(spec, gpus=0)
         elif draw < 0.10:
-            spec = replace(spec, memory_gb=rng.uniform(37.0, 60.0))  # taken as unknown
+            spec = msgspec.structs.replace(
+                spec, memory_gb=rng.uniform(37.0, 60.0)
+            )  # taken as unknown
         elif draw < 0.15:
-            spec = replace(spec, memory_gb=None, sm_pct=None)  # the defaults
+            spec = msgspec.structs.replace(spec, memory_gb=None, sm_pct=None)  # the defaults
         elif draw < 0.22:
             membw = rng.choice((None, 20.0, 60.0))
             demands[job.id] = Demand(
@@ -156,7 +159,7 @@ def varied(
             )
         if rng.random() < 0.2:
             owner = other
-        jobs.append(replace(job, spec=spec, owner=owner))
+        jobs.append(msgspec.structs.replace(job, spec=spec, owner=owner))
     gpus = list(view.gpu_states)
     last = gpus[-1]
     if rng.random() < 0.5:
@@ -177,7 +180,9 @@ def varied(
                 gpus[i] = replace(gpu, tenants=tenants)
                 break
     overtaken = {j.id: rng.choice((0, 3, 7, 8, 12)) for j in rng.sample(jobs, min(5, len(jobs)))}
-    return jobs, replace(view, gpu_states=tuple(gpus), demands=demands, overtaken=overtaken)
+    return jobs, msgspec.structs.replace(
+        view, gpu_states=tuple(gpus), demands=demands, overtaken=overtaken
+    )
 
 
 @pytest.mark.parametrize(("jobs", "rounds"), [(12, 60), (120, 25), (1000, 4)])

@@ -23,9 +23,9 @@ import hashlib
 import json
 import random
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 from conftest import load_module
 
 from gpudesk.core.identity import Identity
@@ -52,7 +52,7 @@ def inputs() -> Iterator[tuple[str, list[JobRecord], StationView]]:
     for jobs, rounds in CASES:
         rng = random.Random(39_000 + jobs)
         for index in range(rounds):
-            queue = [replace(job, owner=OWNER) for job in BENCH.queue(rng, jobs)]
+            queue = [msgspec.structs.replace(job, owner=OWNER) for job in BENCH.queue(rng, jobs)]
             view = BENCH.station(rng, 8, queue)
             if index % 2:
                 queue, view = VARIED.varied(rng, queue, view)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Any
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,7 +75,7 @@ def test_a_workload_asked_for_again_is_the_same_one(sm_pct: float, membw_pct: fl
     figures and by the one parameter it reads: another bandwidth-per-SM gives another."""
     first = workload(sm_pct, membw_pct, DEFAULT_PARAMS)
     assert workload(sm_pct, membw_pct, DEFAULT_PARAMS) is first
-    other = replace(DEFAULT_PARAMS, membw_per_sm=DEFAULT_PARAMS.membw_per_sm / 2)
+    other = msgspec.structs.replace(DEFAULT_PARAMS, membw_per_sm=DEFAULT_PARAMS.membw_per_sm / 2)
     if membw_pct is None and sm_pct >= 1.0:
         assert workload(sm_pct, None, other).membw == first.membw / 2
 

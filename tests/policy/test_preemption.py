@@ -4,9 +4,9 @@ gains more than the preempted work loses, never a protected (just resumed) job."
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gpudesk.core.jobs import JobSpec, JobState
@@ -178,9 +178,8 @@ def test_cpu_jobs_and_held_jobs_never_preempt() -> None:
     view = full_station(heavy(1, 3600.0))
     cpu = waiting(2, 10, gpus=0)
     assert choose([cpu], view, [low()], placed_by(POLICY)) is None
-    from dataclasses import replace
 
-    held = replace(waiting(2, 10), held=True)
+    held = msgspec.structs.replace(waiting(2, 10), held=True)
     assert choose([held], view, [low()], placed_by(POLICY)) is None
 
 
@@ -214,10 +213,11 @@ def test_a_waiting_job_is_told_why_no_preemptible_job_gives_way() -> None:
     assert "job 1 (preemptible) is leaving for it" in (
         held_back(waiting(2, 10), view, [], fits, {1: 2}) or ""
     )
-    from dataclasses import replace
 
     assert held_back(waiting(2, 10, gpus=0), view, [low()], fits) is None
-    assert held_back(replace(waiting(2, 10), held=True), view, [low()], fits) is None
+    assert (
+        held_back(msgspec.structs.replace(waiting(2, 10), held=True), view, [low()], fits) is None
+    )
     assert held_back(waiting(2, 10), view, [], fits) is None
 
 
@@ -232,7 +232,7 @@ def test_told_why_agrees_with_the_rule() -> None:
                 for priority, mine, overtaken in ((0, 10, 0), (0, 0, 0), (0, 0, 8), (5, 0, 8)):
                     view = full_station(heavy(1, remaining), overtaken={2: overtaken})
                     victim = low(run_s=run_s, remaining_s=remaining, grace_s=grace)
-                    victim = replace(victim, priority=priority)
+                    victim = msgspec.structs.replace(victim, priority=priority)
                     w = waiting(2, mine)
                     preempted = choose([w], view, [victim], fits) is not None
                     said = held_back(w, view, [victim], fits) or ""
@@ -389,7 +389,7 @@ def test_jobs_waiting_for_an_admins_change_do_not_use_up_the_askers() -> None:
         mig_slices=(MigSlice("MIG-1-0", "3g.20gb", 20 * GIB, 3, busy=True),),
     )
     whole = full_station(heavy(1, 3600.0))
-    view = replace(whole, gpu_states=(*whole.gpu_states, mig))
+    view = msgspec.structs.replace(whole, gpu_states=(*whole.gpu_states, mig))
     sweep = [waiting(100 + i, 10, gpus=2) for i in range(MAX_ASKERS + 2)]
     assert POLICY.change_needed(sweep[0], view)  # the scenario: it waits for a change
     one_gpu = waiting(2, 10)
@@ -400,12 +400,16 @@ def test_jobs_waiting_for_an_admins_change_do_not_use_up_the_askers() -> None:
     # jobs do not fit beside job 3's 8 GiB even with job 1 gone; a 25 GiB one does
     victim = Tenant(1, "mps", 25 * GIB, 80.0, remaining_s=3600.0, measured_remaining_s=3600.0)
     beside = (victim, Tenant(3, "mps", 8 * GIB, 10.0, remaining_s=3600.0))
-    shared = replace(
+    shared = msgspec.structs.replace(
         view, gpu_states=(GpuState(0, "GPU-0", 40 * GIB, tenants=beside, mps_usable=True),)
     )
-    fitting = replace(one_gpu, spec=replace(one_gpu.spec, memory_gb=25.0, sm_pct=80.0))
+    fitting = msgspec.structs.replace(
+        one_gpu, spec=msgspec.structs.replace(one_gpu.spec, memory_gb=25.0, sm_pct=80.0)
+    )
     too_big = [
-        replace(waiting(200 + i, 10), spec=replace(one_gpu.spec, memory_gb=35.0))
+        msgspec.structs.replace(
+            waiting(200 + i, 10), spec=msgspec.structs.replace(one_gpu.spec, memory_gb=35.0)
+        )
         for i in range(MAX_ASKERS)
     ]
     assert not POLICY.change_needed(too_big[0], shared)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import msgspec
 
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, JobState
@@ -48,7 +48,7 @@ def test_each_owners_count_follows_adds_removes_and_replace() -> None:
     alice, bob = Identity.of(2001, 2001, [2001]), Identity.of(2002, 2002, [2002])
 
     def owned(job_id: int, who: Identity, priority: int = 0) -> JobRecord:
-        return replace(job(job_id, priority), owner=who)
+        return msgspec.structs.replace(job(job_id, priority), owner=who)
 
     queue = JobQueue([owned(1, alice), owned(2, alice), owned(3, bob)])
     assert (queued_count(queue, 2001), queued_count(queue, 2002), queued_count(queue, 7)) == (

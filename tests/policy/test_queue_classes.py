@@ -10,6 +10,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gpudesk.core.identity import Identity
@@ -48,7 +49,7 @@ def test_classes_keep_their_members_in_order_as_jobs_join_move_and_leave() -> No
 def _classed(classes_of: list[str]) -> tuple[ClassedQueue, list[JobRecord]]:
     """A queue of one job per entry, of the named classes, in order (ids 1, 2, ...)."""
     jobs = BENCH.queue(random.Random(7), len(classes_of))
-    records = [replace(job, id=i + 1) for i, job in enumerate(jobs)]
+    records = [msgspec.structs.replace(job, id=i + 1) for i, job in enumerate(jobs)]
     keys: list[OrderKey] = [(0, r.id) for r in records]
     classes = QueueClasses()
     for key, cls in zip(keys, classes_of, strict=True):
@@ -97,12 +98,14 @@ def test_a_queue_of_nearly_all_distinct_jobs_or_a_plain_list_is_walked_job_by_jo
 def test_job_class_reads_what_the_pass_reads() -> None:
     job = BENCH.queue(random.Random(3), 1)[0]
     told = Demand(8 * GIB, 30.0, "history")
-    assert job_class(job, None) == job_class(replace(job, id=job.id + 1), None)
+    assert job_class(job, None) == job_class(msgspec.structs.replace(job, id=job.id + 1), None)
     assert job_class(job, None) != job_class(job, told)
     assert job_class(job, told) == job_class(job, Demand(8 * GIB, 30.0, "history"))
     other = Identity.of(4242, 4242, [4242])
-    assert job_class(job, None) != job_class(replace(job, owner=other), None)
-    assert job_class(job, None) != job_class(replace(job, spec=replace(job.spec, gpus=2)), None)
+    assert job_class(job, None) != job_class(msgspec.structs.replace(job, owner=other), None)
+    assert job_class(job, None) != job_class(
+        msgspec.structs.replace(job, spec=msgspec.structs.replace(job.spec, gpus=2)), None
+    )
 
 
 def _few_classes(rng: random.Random, queue: list[JobRecord]) -> list[JobRecord]:
@@ -112,7 +115,7 @@ def _few_classes(rng: random.Random, queue: list[JobRecord]) -> list[JobRecord]:
     out = []
     for job in queue:
         model = rng.choice(palette)
-        out.append(replace(job, spec=model.spec, owner=model.owner))
+        out.append(msgspec.structs.replace(job, spec=model.spec, owner=model.owner))
     return out
 
 
@@ -166,19 +169,21 @@ def test_a_pass_over_a_long_queue_of_alike_jobs_visits_each_class_not_each_job()
     rng = random.Random(11)
     palette = BENCH.queue(rng, 3)
     queue = [
-        replace(palette[i % 3], id=i + 1, spec=replace(palette[i % 3].spec, gpus=1))
+        msgspec.structs.replace(
+            palette[i % 3], id=i + 1, spec=msgspec.structs.replace(palette[i % 3].spec, gpus=1)
+        )
         for i in range(3000)
     ]
     view = BENCH.station(rng, 4, queue)
     full = tuple(replace(g, memory_used_mib=g.memory_total_mib) for g in view.gpu_states)
     by_class, one_by_one = _AskedDemands(), _AskedDemands()
     decision = SharingPolicy("auto").place(
-        _as_classed(queue, {}), replace(view, gpu_states=full, demands=by_class)
+        _as_classed(queue, {}), msgspec.structs.replace(view, gpu_states=full, demands=by_class)
     )
     assert len(decision.placements) < 20  # the few the station has room for
     assert by_class.asked < 100
     assert decision == SharingPolicy("auto").place(
-        queue, replace(view, gpu_states=full, demands=one_by_one)
+        queue, msgspec.structs.replace(view, gpu_states=full, demands=one_by_one)
     )
     assert one_by_one.asked >= 3000
 

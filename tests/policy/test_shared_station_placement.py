@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import msgspec
 from test_collocation import gpu, job, station, tenant
 
 from gpudesk.core.identity import Identity, user_name
@@ -29,8 +30,10 @@ WEEK_H = 7 * 24.0
 
 
 def owned(record: JobRecord, uid: int, priority: int = 0) -> JobRecord:
-    return replace(
-        record, owner=Identity.of(uid, uid, []), spec=replace(record.spec, priority=priority)
+    return msgspec.structs.replace(
+        record,
+        owner=Identity.of(uid, uid, []),
+        spec=msgspec.structs.replace(record.spec, priority=priority),
     )
 
 
@@ -116,7 +119,9 @@ def test_carma_time_slices_another_users_job_beside_an_mps_server() -> None:
 
 def test_isolation_keeps_another_user_off_the_gpu_and_the_wait_says_whose_server() -> None:
     view = station(gpu(0, mps_tenant(1, ADA)))
-    isolated = replace(view, config=replace(view.config, isolation=True))
+    isolated = msgspec.structs.replace(
+        view, config=msgspec.structs.replace(view.config, isolation=True)
+    )
     bobs = owned(job(2, 4, 20), BOB)
     assert SharingPolicy("auto").place([bobs], isolated).placements == []
     text = SharingPolicy("auto").explain_wait(bobs, [bobs], isolated)

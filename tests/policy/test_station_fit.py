@@ -4,8 +4,7 @@ it start (gpudesk.policy.station_fit)."""
 
 from __future__ import annotations
 
-import dataclasses
-
+import msgspec
 from test_placement_hot_path import GIB, SLICES, _gpu, _job, _station
 
 from gpudesk.policy.carma import CarmaPolicy
@@ -75,7 +74,7 @@ def test_a_job_larger_than_every_slice_names_the_layouts_that_would_hold_it() ->
         "for GPU 0 in the [station] mig layout), would let it start"
     )
     # on real GPUs, the commands an admin runs
-    real = dataclasses.replace(view, simulated=False)
+    real = msgspec.structs.replace(view, simulated=False)
     said = SharingPolicy("auto").explain_wait(big, [big], real)
     assert said.endswith(
         "Leaving MIG mode on GPU 0 (as root, with nothing running there: nvidia-smi -i 0 -mig "

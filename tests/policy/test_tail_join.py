@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
 from test_collocation import GIB, gpu, job, station  # same folder: on sys.path under pytest
 
 from gpudesk.core.records import JobRecord
@@ -131,7 +132,7 @@ def test_beside_another_users_mps_server_it_time_slices_and_says_so() -> None:
         used=8 * GIB,
     )
     mine = job(1, 4, 10)
-    mine = replace(mine, owner=replace(mine.owner, uid=1002))
+    mine = msgspec.structs.replace(mine, owner=replace(mine.owner, uid=1002))
     station_view = station(theirs, run_time_of=lambda record: RUN_S)
     (placement,) = SharingPolicy("auto").place([mine], station_view).placements
     assert placement.mode == "naive"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
 import pytest
 from test_jobs_protocol_policy import record  # same folder: on sys.path under pytest
 
@@ -39,7 +40,7 @@ def gpu(index: int, *tenants: Tenant) -> GpuState:
 
 def job(job_id: int, memory_gb: float, sm: float = 30.0, gpus: int = 1) -> JobRecord:
     rec = record(job_id, gpus=gpus, memory_gb=memory_gb)
-    return replace(rec, spec=replace(rec.spec, sm_pct=sm))
+    return msgspec.structs.replace(rec, spec=msgspec.structs.replace(rec.spec, sm_pct=sm))
 
 
 def busy(index: int, tenant_gib: float) -> GpuState:
@@ -181,11 +182,13 @@ def test_a_rerun_after_an_oom_takes_a_gpu_large_enough() -> None:
     big = replace(gpu(1), memory_total_mib=81920.0)
     usable = 81920.0 - RESERVE_MIB
     raised = Demand(50 * GIB, 30.0, "hint").after_oom(45 * GIB, usable)
-    view = replace(station(gpu(0), big), demands={1: raised})
+    view = msgspec.structs.replace(station(gpu(0), big), demands={1: raised})
     (placed,) = SharingPolicy("auto").place([job(1, 50)], view).placements
     assert placed.gpus == (1,) and placed.mode == "exclusive"
     busy_big = station(gpu(0), replace(busy(1, 10), memory_total_mib=81920.0))
     assert (
-        SharingPolicy("auto").place([job(1, 50)], replace(busy_big, demands={1: raised})).placements
+        SharingPolicy("auto")
+        .place([job(1, 50)], msgspec.structs.replace(busy_big, demands={1: raised}))
+        .placements
         == []
     )

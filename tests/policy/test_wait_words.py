@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
 from test_collocation import gpu, job, station, tenant  # same folder: on sys.path under pytest
 
 from gpudesk.policy.collocation import SharingPolicy
@@ -30,7 +31,7 @@ def test_a_job_kept_off_a_held_gpu_is_told_for_which_job_it_is_held() -> None:
     decision = policy.place([two_gpu, light], view())
     assert decision.placements == [] and decision.held == {1: TWO_GPU, 2: TWO_GPU}
     # the engine's view carries what its last pass held (StationView.held)
-    seen = replace(view(), held=decision.held)
+    seen = msgspec.structs.replace(view(), held=decision.held)
     said = policy.explain_wait(light, [two_gpu, light], seen)
     assert "GPU 1: 29.5 GiB free, SM demand 30%, held for job 1 (waiting ahead of it)" in said
     assert "GPU 2: 29.5 GiB free, SM demand 30%, held for job 1" in said
@@ -65,7 +66,7 @@ def test_each_gpus_drain_and_the_held_for_jobs_start_are_said_where_estimated() 
     policy = SharingPolicy("auto")
     decision = policy.place([two_gpu, light], known)
     assert decision.held == {1: TWO_GPU, 2: TWO_GPU}
-    seen = replace(known, held=decision.held)
+    seen = msgspec.structs.replace(known, held=decision.held)
     own = policy.explain_wait(two_gpu, [two_gpu, light], seen)
     assert "GPU 0: 1.5 GiB free, SM demand 90%, drains in ~50m00s" in own
     assert "GPU 1: 29.5 GiB free, SM demand 30%, drains in ~10m00s, held for it" in own
@@ -74,7 +75,7 @@ def test_each_gpus_drain_and_the_held_for_jobs_start_are_said_where_estimated() 
     said = policy.explain_wait(light, [two_gpu, light], seen)
     assert "drains in ~15m00s, held for job 1" in said and "expected to start" not in said
     # one held GPU's tenant with no estimate: no start is promised
-    unknown = replace(
+    unknown = msgspec.structs.replace(
         seen,
         gpu_states=(
             seen.gpu_states[0],

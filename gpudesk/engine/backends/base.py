@@ -17,9 +17,10 @@ job by job. `local` (the station's own slots: `backends/local/`) and `slurm` (a 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+import msgspec
 
 from gpudesk.core.identity import Caller
 from gpudesk.core.job_changes import JobOutcome
@@ -31,8 +32,7 @@ from gpudesk.core.wire.jobs import AttemptView, RemainingView, SlurmJobView, Sub
 from gpudesk.engine.offloop import Later
 
 
-@dataclass(frozen=True)
-class LogFile:
+class LogFile(msgspec.Struct, frozen=True):
     """An attempt's output as a file the engine reads itself, and whose files it must be
     (None: the engine's own)."""
 
@@ -40,8 +40,7 @@ class LogFile:
     owner_uid: int | None
 
 
-@dataclass(frozen=True)
-class OwnerRead:
+class OwnerRead(msgspec.Struct, frozen=True):
     """An attempt's output read by a process run as its owner, off the loop: `read(offset,
     limit)` gives the bytes and the file's end (it raises ProtocolError when it cannot)."""
 
@@ -50,8 +49,7 @@ class OwnerRead:
     what: str
 
 
-@dataclass(frozen=True)
-class JobPart:
+class JobPart(msgspec.Struct, frozen=True):
     """A backend's part of a job's reply (`JobView`): while it runs, where (`slot`, a label;
     `gpus`, `mode` and `mig_slice`, the same as data; `pgid`, its process group) and how long
     it has left (`remaining`: a job on Slurm has none, its progress is not read), its log, and

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
+
+import msgspec
 
 from gpudesk import diskspace
 from gpudesk.core import protocol
@@ -44,7 +45,9 @@ class SlurmView:
         for job_id, submission in self.unsaved.items():
             row = self.rows.get(job_id)
             if row is not None and row.sending:
-                self.rows[job_id] = replace(row, submission=submission, state="PENDING")
+                self.rows[job_id] = msgspec.structs.replace(
+                    row, submission=submission, state="PENDING"
+                )
         root = backend.slurm.home.root
         self.unsaved_why = diskspace.unsaved_text(root) if self.unsaved else None
         rowless = [job for job in jobs if job.id not in self.rows]

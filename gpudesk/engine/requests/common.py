@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import msgspec
@@ -51,8 +51,7 @@ Handler = Callable[[Any, Caller], "msgspec.Struct | Later[Any] | NextTurn"]
 NAME_BOUND_S = 10.0
 
 
-@dataclass(frozen=True)
-class EngineParts:
+class EngineParts(msgspec.Struct, frozen=True):
     """The collaborators the handlers hand work to, and the engine's own facts."""
 
     home: Home
@@ -77,9 +76,9 @@ class EngineParts:
     stop: Callable[[], None]  # ends the engine's loop
     offloop: OffLoop  # where a handler's slow work runs (engine/offloop.py)
     # Who may do what (policy/access.py): a personal engine's callers are all admins.
-    access: Access = field(default_factory=Access.personal)
+    access: Access = msgspec.field(default_factory=Access.personal)
     # How long requests and periodic steps held the loop (metrics/loop_timing.py).
-    loop: LoopTiming = field(default_factory=LoopTiming)
+    loop: LoopTiming = msgspec.field(default_factory=LoopTiming)
 
 
 class Requests:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from functools import partial
@@ -245,7 +244,7 @@ class StationRequests(Requests):
             note = f"serving {metrics.url}"
         else:
             note = "metrics no longer served"
-        return dataclasses.replace(change, note=note)
+        return msgspec.structs.replace(change, note=note)
 
     def datasets(self, args: DatasetsArgs, caller: Caller) -> DatasetsResult:
         """Register datasets' shared-loader settings (a profile's [datasets] tables); an empty

@@ -11,8 +11,9 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gpudesk.policy.command_family import family, owner_key
 from gpudesk.policy.demand import signature
@@ -22,8 +23,7 @@ OWNER_KEYS_VERSION = 17  # the migration that keys both histories by owner
 ALONE_RATES_OWNERS_VERSION = 19  # ... and the one that keys the rates alone so
 
 
-@dataclass
-class _Family:
+class _Family(msgspec.Struct):
     memory_mib: float | None = None
     sm_sum: float = 0.0
     runs: int = 0

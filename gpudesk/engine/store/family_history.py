@@ -6,14 +6,14 @@ hints were off, per hint (schema 16; gpudesk.policy.hint_correction). Per owner 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.engine.store.connection import StoreConnection
 from gpudesk.policy.demand_history import FamilyRecord
 
 
-@dataclass(frozen=True)
-class SettledPeak:
+class SettledPeak(msgspec.Struct, frozen=True):
     """The event of an attempt whose settled peak its family now holds."""
 
     job_id: int

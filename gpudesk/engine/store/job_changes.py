@@ -6,11 +6,12 @@ refused commit leaves none."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+
+import msgspec
 
 from gpudesk.core.job_changes import CancelQueued, JobChange, SetHeld, SetPriority
 from gpudesk.core.jobs import InvalidTransition, JobState
@@ -62,7 +63,7 @@ class JobChangeTables(JobTables):
             self._add_event(conn, kind, change.event, job_id=job_id, now=now)
         elif isinstance(change, SetPriority):
             old, new = change.job.spec.priority, change.priority
-            spec = json.dumps(dataclasses.replace(change.job.spec, priority=new).to_dict())
+            spec = json.dumps(msgspec.structs.replace(change.job.spec, priority=new).to_dict())
             conn.execute("UPDATE jobs SET spec = ?, priority = ? WHERE id = ?", (spec, new, job_id))
             said = f"priority {old} -> {new} by user"
             self._add_event(conn, "priority", said, job_id=job_id, now=now)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -11,6 +10,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from gpudesk.core.identity import Identity
 from gpudesk.core.job_changes import hold_event
@@ -90,7 +91,9 @@ class JobTables(StoreConnection):
         if env is not None:
             self._env_ids[env[0]] = env[1]
         return [
-            dataclasses.replace(JobRecord.queued(i, s, now, owner), held=held, held_in_parts=parted)
+            msgspec.structs.replace(
+                JobRecord.queued(i, s, now, owner), held=held, held_in_parts=parted
+            )
             for i, s in zip(ids, specs, strict=True)
         ]
 

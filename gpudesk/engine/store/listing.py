@@ -15,8 +15,9 @@ import logging
 import os
 import sqlite3
 from collections.abc import Collection, Generator, Iterable
-from dataclasses import dataclass, field
 from typing import Any, cast
+
+import msgspec
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.name_pattern import sqlite_glob
@@ -33,16 +34,14 @@ LIVE_STATES = frozenset({JobState.QUEUED, JobState.RUNNING})
 FINISHED_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
 
-@dataclass(frozen=True)
-class DamagedRow:
+class DamagedRow(msgspec.Struct, frozen=True):
     """A job row the store cannot read, and why (the exception's words)."""
 
     id: int
     reason: str
 
 
-@dataclass(frozen=True)
-class JobPage:
+class JobPage(msgspec.Struct, frozen=True):
     """One page of a listing: its jobs oldest first, the rows skipped as damaged, whether more
     rows match beyond it (`cursor` is then the id to go on from, in the page's direction), and
     how many rows match in all (when counted)."""
@@ -51,7 +50,7 @@ class JobPage:
     more: bool
     cursor: int | None
     total: int | None
-    damaged: list[DamagedRow] = field(default_factory=list)
+    damaged: list[DamagedRow] = msgspec.field(default_factory=list)
 
 
 def read_rows(rows: Iterable[sqlite3.Row]) -> tuple[list[JobRecord], list[DamagedRow]]:
@@ -91,8 +90,7 @@ def _state_term(states: Collection[JobState]) -> tuple[str, str | None]:
     return "state IN (" + ", ".join(f"'{s.value}'" for s in sorted(wanted)) + ")", None
 
 
-@dataclass(frozen=True)
-class _PageQuery:
+class _PageQuery(msgspec.Struct, frozen=True):
     count_sql: str
     count_params: list[Any]
     page_sql: str

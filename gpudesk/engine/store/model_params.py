@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.engine.store.connection import StoreConnection
 from gpudesk.policy.progress_intervals import AloneRate
 
 
-@dataclass(frozen=True)
-class ParamTotal:
+class ParamTotal(msgspec.Struct, frozen=True):
     """What observations said about one parameter on one GPU model, as a version-5 store kept
     it: the sum and count of the values they implied, how many of them came from calibration
     probes, and when the last came. Read only: the observations behind it were not kept, and
@@ -27,8 +27,7 @@ class ParamTotal:
     updated_at: float | None
 
 
-@dataclass(frozen=True)
-class StoredObservation:
+class StoredObservation(msgspec.Struct, frozen=True):
     """One observation the learner keeps: on which GPU model, its source ("learned" from a
     job's progress, "calibrated" from a probe), when, and the observation itself as JSON in
     the `model_observe` wire format (`gpudesk.policy.observation_wire`); the store does not

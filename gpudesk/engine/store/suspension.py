@@ -7,13 +7,13 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.engine.store.jobs import JobTables
 
 
-@dataclass(frozen=True)
-class Resume:
+class Resume(msgspec.Struct, frozen=True):
     """A suspended attempt continued, as the store keeps it: its seconds suspended in all (this
     suspension's included), and the event's message."""
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 import sqlite3
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.engine.store.connection import StoreConnection
 
 STATION_SETTING = "tracking_station"
 
 
-@dataclass(frozen=True)
-class TrackingRow:
+class TrackingRow(msgspec.Struct, frozen=True):
     key: str
     job_id: int | None  # None: a sweep's parent run
     uid: int  # whose worker talks to its store

@@ -9,7 +9,8 @@ import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.mig_layout import MigError, UnknownGpuError, plan_layout, split_profiles
 from gpudesk.core.mig_profiles import SliceSpan
@@ -44,8 +45,7 @@ from gpudesk.hw.mig.nvidia_smi import (
 )
 
 
-@dataclass
-class _Step:
+class _Step(msgspec.Struct):
     argv: list[str]
     what: str  # for messages: "destroy the compute instances"
 

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from gpudesk.hw.telemetry.model import MPS_SERVER, BackendReading, GpuReading
 from gpudesk.units import carbon_g
 
@@ -30,8 +32,7 @@ IDLE_SMOOTHING = 0.1  # EWMA weight of a new idle-power reading
 SPLIT_ORDER = ("exclusive", "sm share", "mps share", "even")
 
 
-@dataclass(frozen=True)
-class Interval:
+class Interval(msgspec.Struct, frozen=True):
     """What one GPU used between two readings."""
 
     seconds: float
@@ -40,8 +41,7 @@ class Interval:
     idle_j: float | None  # the idle baseline over the interval; None until it is known
 
 
-@dataclass
-class _GpuState:
+class _GpuState(msgspec.Struct):
     energy_j: float = 0.0
     source: str | None = None
     last_counter_j: float | None = None
@@ -228,8 +228,7 @@ def rounded(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
 
 
-@dataclass(frozen=True)
-class Occupant:
+class Occupant(msgspec.Struct, frozen=True):
     """An attempt holding a GPU, and the SM share its processes showed in the interval.
     `mps_group`: the share is an even part of the GPU's MPS server's, not its own."""
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass
 
+import msgspec
 import psutil
 
 from gpudesk.text import printable, safe_text
@@ -25,8 +25,7 @@ from gpudesk.text import printable, safe_text
 MAX_COMMAND = 200  # characters of a command line a view carries (nvitop's column is ~80)
 
 
-@dataclass(frozen=True)
-class ForeignProcess:
+class ForeignProcess(msgspec.Struct, frozen=True):
     user: str | None  # the login name of its real uid, else the uid as text
     command: str | None  # its command line, cut, control characters spelled out
 

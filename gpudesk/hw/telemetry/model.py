@@ -7,8 +7,11 @@ Units are fixed by the field names (MiB, %, W, J, MHz, °C). `kernel_active_pct`
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
+
+import msgspec
+
+from gpudesk.core.record_dict import record_dict
 
 # Metric names used in `GpuReading.unavailable` and in log messages.
 METRICS = (
@@ -36,8 +39,7 @@ class BackendUnavailable(RuntimeError):
     """The backend cannot read the station at all (no driver, a driver/library mismatch)."""
 
 
-@dataclass(frozen=True)
-class GpuProcess:
+class GpuProcess(msgspec.Struct, frozen=True):
     pid: int
     used_memory_mib: float | None
     sm_pct: float | None = None  # the process's SM share, where NVML gives it
@@ -52,8 +54,7 @@ MPS_SERVER = "server"
 MPS_CLIENT = "client"
 
 
-@dataclass(frozen=True)
-class MigDevice:
+class MigDevice(msgspec.Struct, frozen=True):
     index: int  # position under its parent GPU
     uuid: str | None
     name: str | None  # e.g. "NVIDIA A100-SXM4-40GB MIG 3g.20gb"
@@ -66,8 +67,7 @@ class MigDevice:
     memory_free_mib: float | None = None  # what NVML calls free (its total less used, reserved)
 
 
-@dataclass(frozen=True)
-class GpuHealth:
+class GpuHealth(msgspec.Struct, frozen=True):
     """A GPU's memory health as NVML counts it (None: the GPU does not give it; ECC off, or a
     GPU that remaps rows instead of retiring pages). Volatile ECC counts are since the driver
     loaded; remapped rows and retired pages are the GPU's for good."""
@@ -81,8 +81,7 @@ class GpuHealth:
     retired_dbe: int | None = None  # pages retired for double-bit errors
 
 
-@dataclass(frozen=True)
-class XidEvent:
+class XidEvent(msgspec.Struct, frozen=True):
     """One XID error NVML delivered for a GPU (its nvmlEventData_t): the XID number and, on a
     GPU in MIG mode, the GPU and compute instance it is attributable to (None: not given)."""
 
@@ -91,8 +90,7 @@ class XidEvent:
     compute_instance_id: int | None = None
 
 
-@dataclass(frozen=True)
-class GpuReading:
+class GpuReading(msgspec.Struct, frozen=True):
     index: int
     uuid: str | None
     name: str | None
@@ -130,11 +128,10 @@ class GpuReading:
     xids: tuple[XidEvent, ...] = ()  # the XIDs delivered since the previous read, oldest first
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return record_dict(self)
 
 
-@dataclass(frozen=True)
-class BackendReading:
+class BackendReading(msgspec.Struct, frozen=True):
     """One pass over every device. `banner` is a station-wide problem to show in every view
     (the driver and library disagree, NVML could not start); the GPUs list may then be empty."""
 
@@ -144,8 +141,7 @@ class BackendReading:
     banner: str | None = None
 
 
-@dataclass(frozen=True)
-class GpuInfo:
+class GpuInfo(msgspec.Struct, frozen=True):
     """The static facts placement needs about one GPU."""
 
     index: int
@@ -155,8 +151,7 @@ class GpuInfo:
     mig_capable: bool = False
 
 
-@dataclass(frozen=True)
-class JobLoad:
+class JobLoad(msgspec.Struct, frozen=True):
     """What a job placed on a GPU asks of it; the simulated backend turns this into load."""
 
     job_id: int

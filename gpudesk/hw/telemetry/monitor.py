@@ -9,14 +9,14 @@ running attempt, and keeps short in-memory history for live views.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import time
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from gpudesk.core.station import DEFAULT_GRID_G_PER_KWH
 from gpudesk.hw import hostmetrics
@@ -51,8 +51,7 @@ HISTORY_POINTS = 600
 MIB = 1024 * 1024
 
 
-@dataclass(frozen=True)
-class TrackedAttempt:
+class TrackedAttempt(msgspec.Struct, frozen=True):
     """A running attempt as the engine describes it to the monitor."""
 
     attempt_id: int
@@ -75,8 +74,7 @@ class TrackedAttempt:
         return JobLoad(self.job_id, self.pgid, self.gpus, self.memory_gb, sm_pct, self.mig_slice)
 
 
-@dataclass(frozen=True)
-class RawSample:
+class RawSample(msgspec.Struct, frozen=True):
     reading: BackendReading
     inventory: tuple[GpuInfo, ...]
     host: hostmetrics.HostSample
@@ -85,18 +83,16 @@ class RawSample:
     rapl_j: float | None
     attempts: tuple[TrackedAttempt, ...]
     # the GPU processes outside every attempt's process group: whose and what (foreign.py)
-    foreign: dict[int, ForeignProcess] = field(default_factory=dict)
+    foreign: dict[int, ForeignProcess] = msgspec.field(default_factory=dict)
 
 
-@dataclass
-class _Previous:
+class _Previous(msgspec.Struct):
     host: hostmetrics.HostSample
     groups: dict[int, hostmetrics.GroupSample]
     rapl_j: float | None
 
 
-@dataclass
-class _Mean:
+class _Mean(msgspec.Struct):
     total: float = 0.0
     count: int = 0
 
@@ -110,12 +106,13 @@ class _Mean:
         return self.total / self.count if self.count else None
 
 
-@dataclass
-class Averages:
+class Averages(msgspec.Struct):
     """Means since the last drain, for the store's downsampled series."""
 
-    gpus: dict[tuple[int, str], _Mean] = field(default_factory=dict)
-    jobs: dict[tuple[int, int, str], _Mean] = field(default_factory=dict)  # (job, attempt, metric)
+    gpus: dict[tuple[int, str], _Mean] = msgspec.field(default_factory=dict)
+    jobs: dict[tuple[int, int, str], _Mean] = msgspec.field(
+        default_factory=dict
+    )  # (job, attempt, metric)
 
     def add_gpu(self, index: int, metric: str, value: float | None) -> None:
         self.gpus.setdefault((index, metric), _Mean()).add(value)
@@ -240,7 +237,7 @@ class Monitor:
         not credit it again (None: every attempt the sample names)."""
         reading = raw.reading
         if running is not None:
-            raw = dataclasses.replace(
+            raw = msgspec.structs.replace(
                 raw, attempts=tuple(a for a in raw.attempts if a.attempt_id in running)
             )
         busy = {i for a in raw.attempts for i in a.gpus}

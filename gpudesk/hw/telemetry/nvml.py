@@ -19,8 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field, replace
 from typing import Any
+
+import msgspec
 
 from gpudesk.hw.telemetry.health import read_health
 from gpudesk.hw.telemetry.model import (
@@ -70,15 +71,13 @@ class _LibraryDown(Exception):
     """NVML as a whole stopped answering; the message is the banner."""
 
 
-@dataclass
-class _Gpm:
+class _Gpm(msgspec.Struct):
     samples: tuple[Any, Any]  # two GPM samples, filled in turn
     current: int = 0  # the sample the next read fills
     primed: bool = False  # the other sample holds the previous read's
 
 
-@dataclass
-class _Device:
+class _Device(msgspec.Struct):
     """What the backend keeps about one GPU (or one MIG slot under it) between reads."""
 
     index: int
@@ -89,15 +88,17 @@ class _Device:
     memory_total_mib: float | None = None
     mig_capable: bool = False
     lost: bool = False
-    unavailable: set[str] = field(default_factory=set)  # metrics probed as unsupported
-    warned: set[tuple[str, str]] = field(default_factory=set)  # (metric, error class) logged
+    unavailable: set[str] = msgspec.field(default_factory=set)  # metrics probed as unsupported
+    warned: set[tuple[str, str]] = msgspec.field(
+        default_factory=set
+    )  # (metric, error class) logged
     memory_v1: bool = False  # nvmlDeviceGetMemoryInfo_v2 is missing: use the v1 call
     gpm: _Gpm | None = None
     xid: XidWatch | None = None  # its XID event set (gpudesk.hw.telemetry.xid)
     utilization_since_us: int = 0  # newest process-utilization sample seen
-    migs: dict[int, _Device] = field(default_factory=dict)  # MIG slot -> its state
+    migs: dict[int, _Device] = msgspec.field(default_factory=dict)  # MIG slot -> its state
     # pid -> whether it is an MPS server, for the processes listed at the last read
-    mps_servers: dict[int, bool] = field(default_factory=dict)
+    mps_servers: dict[int, bool] = msgspec.field(default_factory=dict)
 
     def identity(self) -> GpuReading:
         return GpuReading(self.index, self.uuid, self.name, lost=self.lost)
@@ -362,7 +363,7 @@ class NvmlBackend:
     # -- reading ----------------------------------------------------------------------------
 
     def _read_device(self, dev: _Device) -> GpuReading:
-        return replace(self._read_reading(dev), **dev.xid_fields())
+        return msgspec.structs.replace(self._read_reading(dev), **dev.xid_fields())
 
     def _read_reading(self, dev: _Device) -> GpuReading:
         if dev.lost:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass
+
+import msgspec
 
 POWERCAP_GLOB = "/sys/class/powercap/intel-rapl:*"
 
 
-@dataclass
-class _Domain:
+class _Domain(msgspec.Struct):
     path: str
     max_uj: int
     last_uj: int | None = None

@@ -13,7 +13,8 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+
+import msgspec
 
 from gpudesk.core.gpu_models import STATIONS, mig_memory_mib
 from gpudesk.core.mig_profiles import (
@@ -44,8 +45,7 @@ TENSOR_SHARE = 0.5
 SIM_HEALTH = GpuHealth(0, 0, 0, 0, False)
 
 
-@dataclass
-class _SimGpu:
+class _SimGpu(msgspec.Struct):
     index: int
     uuid: str
     energy_j: float = 0.0
@@ -191,7 +191,9 @@ class SimBackend:
         for slot in range(len(self.mig[reading.index])):
             uuid = self.mig_uuid(reading.index, slot)
             slot_of.update({ld.pid: slot for ld in loads if ld.mig_slice == uuid})
-        processes = tuple(replace(p, mig_device=slot_of.get(p.pid)) for p in reading.processes)
+        processes = tuple(
+            msgspec.structs.replace(p, mig_device=slot_of.get(p.pid)) for p in reading.processes
+        )
         devices = []
         for slot, profile in enumerate(self.mig[reading.index]):
             on_slice = tuple(p for p in processes if p.mig_device == slot)
@@ -211,7 +213,9 @@ class SimBackend:
                     memory_free_mib=max(0.0, total - used),
                 )
             )
-        return replace(reading, mig_enabled=True, mig_devices=tuple(devices), processes=processes)
+        return msgspec.structs.replace(
+            reading, mig_enabled=True, mig_devices=tuple(devices), processes=processes
+        )
 
 
 def _sim_uuid(station: str, index: int) -> str:

@@ -22,8 +22,9 @@ NotSupported at registration (a vGPU without events, say) has none.
 from __future__ import annotations
 
 from contextlib import suppress
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from gpudesk.hw.telemetry.model import BackendReading, XidEvent
 
@@ -98,13 +99,12 @@ def _instance(value: int, nv: Any) -> int | None:
     return None if value == nv.NVML_VALUE_NOT_AVAILABLE_uint.value else int(value)
 
 
-@dataclass
-class XidWatch:
+class XidWatch(msgspec.Struct):
     """One GPU's XID event set and what came through it since it was registered."""
 
     event_set: Any
     last: int = 0  # the last XID delivered (0: none yet)
-    fresh: list[XidEvent] = field(default_factory=list)  # delivered since the last `take`
+    fresh: list[XidEvent] = msgspec.field(default_factory=list)  # delivered since the last `take`
 
     @classmethod
     def open(cls, nv: Any, handle: Any) -> XidWatch:

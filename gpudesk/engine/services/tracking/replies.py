@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+
+import msgspec
 
 log = logging.getLogger("gpudesk.engine")
 
@@ -25,8 +26,7 @@ EVENT_BURST = 10
 EVENT_REFILL_S = 60.0
 
 
-@dataclass
-class Complaints:
+class Complaints(msgspec.Struct):
     """Replies of one worker that were not believed: logged at most once per
     COMPLAINT_EVERY_S, with how many were dropped meanwhile."""
 
@@ -50,8 +50,7 @@ class Complaints:
         self.last, self.unsaid = now, 0
 
 
-@dataclass
-class EventBudget:
+class EventBudget(msgspec.Struct):
     """How many more events replies may add for one run or store: EVENT_BURST, refilled by one
     every EVENT_REFILL_S."""
 

@@ -3,7 +3,7 @@ run (`run_wait_s`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from gpudesk.engine.services.tracking.replies import EventBudget
 from gpudesk.env_seconds import env_seconds
@@ -23,8 +23,7 @@ def run_wait_s() -> float:
     return env_seconds(RUN_WAIT_ENV, RUN_WAIT_S, 0.0, 3600.0)
 
 
-@dataclass
-class TrackedRun:
+class TrackedRun(msgspec.Struct):
     """A run the engine made or is making, until its end is in MLflow."""
 
     key: str
@@ -34,6 +33,8 @@ class TrackedRun:
     create: messages.CreateRun
     run_id: str | None = None
     step: int = 0  # the step of its next sample's points
-    final_ops: list[messages.Op] = field(default_factory=list)  # its end, once sent
+    final_ops: list[messages.Op] = msgspec.field(default_factory=list)  # its end, once sent
     running: bool = False  # a parent: told RUNNING
-    events: EventBudget = field(default_factory=EventBudget)  # its worker's rejections' events
+    events: EventBudget = msgspec.field(
+        default_factory=EventBudget
+    )  # its worker's rejections' events

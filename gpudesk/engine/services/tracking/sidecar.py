@@ -27,9 +27,10 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+
+import msgspec
 
 from gpudesk.core.identity import Identity, OwnerGone
 from gpudesk.engine.offloop import Offload
@@ -63,8 +64,7 @@ WORKER_ENV = {
 }
 
 
-@dataclass
-class WorkerState:
+class WorkerState(msgspec.Struct):
     """What `status` shows of a worker."""
 
     uid: int

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 from gpudesk.core.wire.station import TrackingHealth
 from gpudesk.engine.services.tracking.replies import Complaints, EventBudget
@@ -30,8 +31,7 @@ TRACKING_EVENT = "tracking"  # the kind of event tracking problems are stored as
 SeesSecrets = Callable[[int], bool]
 
 
-@dataclass
-class StoreHealth:
+class StoreHealth(msgspec.Struct):
     """A store as one owner's worker finds it."""
 
     uid: int
@@ -40,7 +40,7 @@ class StoreHealth:
     error: str | None = None
     since: float | None = None  # when it started failing (wall clock)
     dropped: int = 0
-    events: EventBudget = field(default_factory=EventBudget)  # its failing and recovering
+    events: EventBudget = msgspec.field(default_factory=EventBudget)  # its failing and recovering
 
     def view(self, user: str, unsent: int, worker: WorkerState, whole: bool) -> TrackingHealth:
         return TrackingHealth(

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.mig_layout import MigError, MigUsageError
 from gpudesk.core.mig_records import MigSlot
@@ -41,8 +42,7 @@ class MigNotConfirmed(MigApplyRefused):
     """Applying would destroy instances and the request did not confirm it."""
 
 
-@dataclass(frozen=True)
-class MigApplied:
+class MigApplied(msgspec.Struct, frozen=True):
     """What a `mig_apply` request did (or would have done, when the layout is already there)."""
 
     gpu: int

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gpudesk.core.mig_layout import (
     MigError,
@@ -49,8 +50,7 @@ class MigApplyRefused(MigError):
         self.blockers = tuple(blockers)
 
 
-@dataclass(frozen=True)
-class LayoutChange:
+class LayoutChange(msgspec.Struct, frozen=True):
     """A checked request to give a GPU a new layout."""
 
     gpu: GpuMigState
