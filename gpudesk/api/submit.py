@@ -401,12 +401,10 @@ class ProfileSubmission(msgspec.Struct):
     group: str
     station: StationReport | None = None  # what the engine did with [station]; None: none asked
     prepasses: list[PrepassResult] = msgspec.field(default_factory=list)
-    job_ids: list[int] = msgspec.field(
-        default_factory=list
-    )  # the training jobs; none if a pre-pass failed
-    prepass_ids: list[int] = msgspec.field(
-        default_factory=list
-    )  # the pre-pass jobs, in `prepasses`' order
+    # the training jobs; none if a pre-pass failed
+    job_ids: list[int] = msgspec.field(default_factory=list)
+    # the pre-pass jobs, in `prepasses`' order
+    prepass_ids: list[int] = msgspec.field(default_factory=list)
 
     @property
     def failed_prepasses(self) -> list[PrepassResult]:

@@ -21,9 +21,8 @@ DECISION_BUCKETS_S = one_two_five(0.0001, 1.0)
 
 
 class EngineActivity(msgspec.Struct):
-    placements: dict[str, int] = msgspec.field(
-        default_factory=dict
-    )  # placement mode -> attempts started
+    # placement mode -> attempts started
+    placements: dict[str, int] = msgspec.field(default_factory=dict)
     oom_recoveries: int = 0  # out-of-memory deaths requeued with a raised estimate
     _decisions: Histogram = msgspec.field(default_factory=lambda: Histogram(DECISION_BUCKETS_S))
 

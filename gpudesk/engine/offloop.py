@@ -130,9 +130,8 @@ class OffLoop(msgspec.Struct):
     )
     _in_flight: list[_Task] = msgspec.field(default_factory=list)
     _threads: list[threading.Thread] = msgspec.field(default_factory=list)
-    _turns: deque[Callable[[], None]] = msgspec.field(
-        default_factory=deque
-    )  # NextTurn steps, in order
+    # NextTurn steps, in order
+    _turns: deque[Callable[[], None]] = msgspec.field(default_factory=deque)
     _lock: threading.Lock = msgspec.field(default_factory=threading.Lock)
 
     def submit(

@@ -194,9 +194,8 @@ class FilledStation(msgspec.Struct):
     placements: list[Placement] = msgspec.field(default_factory=list)
     _hosts: dict[int, Host] = msgspec.field(default_factory=dict)
     _usable: list[Host] | None = None  # the hosts of the GPUs not lost, in index order
-    _placed: set[int] = msgspec.field(
-        default_factory=set
-    )  # GPUs placed on since `_usable` was made
+    # GPUs placed on since `_usable` was made
+    _placed: set[int] = msgspec.field(default_factory=set)
     _mps_uids: tuple[int, ...] = ()  # the users the usable GPUs' MPS servers serve
     _idle: set[int] | None = None  # the GPUs no job has joined (`idle_indices`)
     _foreign: dict[int, Host] = msgspec.field(default_factory=dict)  # GPU index -> its foreign host

@@ -269,9 +269,8 @@ class _Fit(msgspec.Struct):
     implied: list[tuple[str, float] | None] = msgspec.field(default_factory=list)
     reads: list[Reads | None] = msgspec.field(default_factory=list)
     sweeps: int = 0  # the last refit's
-    counts: dict[str, int] = msgspec.field(
-        default_factory=dict
-    )  # observations behind each parameter
+    # observations behind each parameter
+    counts: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class Learner:

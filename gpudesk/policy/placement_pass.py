@@ -86,8 +86,7 @@ class Pass(msgspec.Struct):
     rejections: list[Rejection] = msgspec.field(default_factory=list)
     overtaken: dict[int, int] = msgspec.field(default_factory=dict)
     waiting: JobRecord | None = None  # the first GPU job that could not start
-    reserved: set[int] = msgspec.field(
-        default_factory=set
-    )  # GPUs held for it once overtaken enough
+    # GPUs held for it once overtaken enough
+    reserved: set[int] = msgspec.field(default_factory=set)
     reserved_for: int | None = None  # the job they are held for
     no_room: dict[Shape, Frontier] = msgspec.field(default_factory=dict)

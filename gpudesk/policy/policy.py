@@ -235,9 +235,8 @@ class Placement(msgspec.Struct, frozen=True):
     reason: str
     gpus: tuple[int, ...] = ()
     env: Mapping[str, str] = msgspec.field(default_factory=dict)  # set as given (device visibility)
-    env_defaults: Mapping[str, str] = msgspec.field(
-        default_factory=dict
-    )  # unless the job sets them
+    # unless the job sets them
+    env_defaults: Mapping[str, str] = msgspec.field(default_factory=dict)
     demand: Mapping[str, Any] | None = None  # what the policy assumed the job needs
     mig_slice: str | None = None  # the MIG device it runs on
     mps_thread_pct: int | None = None  # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for an MPS client
@@ -270,9 +269,8 @@ class Rejection(msgspec.Struct, frozen=True):
 class Decision(msgspec.Struct, frozen=True):
     placements: list[Placement] = msgspec.field(default_factory=list)
     rejections: list[Rejection] = msgspec.field(default_factory=list)
-    overtaken: dict[int, int] = msgspec.field(
-        default_factory=dict
-    )  # job id -> later jobs started first
+    # job id -> later jobs started first
+    overtaken: dict[int, int] = msgspec.field(default_factory=dict)
     # GPU index -> the waiting job it is held for (no new job starts there until that one has)
     held: dict[int, int] = msgspec.field(default_factory=dict)
 

@@ -31,9 +31,8 @@ class Rollup(msgspec.Struct):
     metric: str | None  # None: not chosen yet (no objective; no child's result seen)
     goal: Goal
     chosen: bool  # the metric is the sweep's objective (not the first result metric)
-    found: dict[int, Mapping[str, float]] = msgspec.field(
-        default_factory=dict
-    )  # succeeded child -> metrics
+    # succeeded child -> metrics
+    found: dict[int, Mapping[str, float]] = msgspec.field(default_factory=dict)
     names: dict[int, str] = msgspec.field(default_factory=dict)
     keys: dict[int, str] = msgspec.field(default_factory=dict)  # child -> its run's key
     best: Best | None = None

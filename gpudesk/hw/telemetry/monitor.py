@@ -110,9 +110,8 @@ class Averages(msgspec.Struct):
     """Means since the last drain, for the store's downsampled series."""
 
     gpus: dict[tuple[int, str], _Mean] = msgspec.field(default_factory=dict)
-    jobs: dict[tuple[int, int, str], _Mean] = msgspec.field(
-        default_factory=dict
-    )  # (job, attempt, metric)
+    # (job, attempt, metric)
+    jobs: dict[tuple[int, int, str], _Mean] = msgspec.field(default_factory=dict)
 
     def add_gpu(self, index: int, metric: str, value: float | None) -> None:
         self.gpus.setdefault((index, metric), _Mean()).add(value)

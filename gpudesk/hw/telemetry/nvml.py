@@ -89,9 +89,8 @@ class _Device(msgspec.Struct):
     mig_capable: bool = False
     lost: bool = False
     unavailable: set[str] = msgspec.field(default_factory=set)  # metrics probed as unsupported
-    warned: set[tuple[str, str]] = msgspec.field(
-        default_factory=set
-    )  # (metric, error class) logged
+    # (metric, error class) logged
+    warned: set[tuple[str, str]] = msgspec.field(default_factory=set)
     memory_v1: bool = False  # nvmlDeviceGetMemoryInfo_v2 is missing: use the v1 call
     gpm: _Gpm | None = None
     xid: XidWatch | None = None  # its XID event set (gpudesk.hw.telemetry.xid)

@@ -35,6 +35,5 @@ class TrackedRun(msgspec.Struct):
     step: int = 0  # the step of its next sample's points
     final_ops: list[messages.Op] = msgspec.field(default_factory=list)  # its end, once sent
     running: bool = False  # a parent: told RUNNING
-    events: EventBudget = msgspec.field(
-        default_factory=EventBudget
-    )  # its worker's rejections' events
+    # its worker's rejections' events
+    events: EventBudget = msgspec.field(default_factory=EventBudget)
