@@ -124,34 +124,6 @@ def test_a_personal_engine_that_cannot_launch_a_producer_fails_its_job_at_once(
     assert sum("not started" in m for m in events) == 1 and not attempts_at(loader_engine), events
 
 
-@pytest.mark.slow(14)
-def test_a_personal_engines_producer_that_exits_at_once_fails_its_job_with_the_reason(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Its dataset's module ends the process as it is imported (no word in its info file, an
-    exit status that is not EXIT_FINAL: it may be passing, as an OOM kill is): the engine
-    restarts it, backing off, gives up after RESTART_LIMIT, and the job's consumer, waiting
-    START_WAIT_S for it, fails then with the reason."""
-    modules = tmp_path / "modules"
-    modules.mkdir()
-    (modules / "gd_dies_at_once.py").write_text("import os\nos._exit(3)\n")
-    monkeypatch.setenv("PYTHONPATH", str(modules))  # the engine's, and so its producers'
-    with short_home("gd-dies-", monkeypatch) as home:
-        engine = EngineHandle(home)
-        engine.start(slots=2)
-        engine.client.request("datasets", datasets=[{**DATASET, "factory": "gd_dies_at_once:m"}])
-        job, _out = consumer_job(tmp_path, "first", 1)
-        began = time.monotonic()
-        (job_id,) = engine.submit(job)
-        took, said = failed(engine, job_id, START_WAIT_S + 30, since=began)
-        assert took < START_WAIT_S - 20, f"the job took {took:.1f} s to fail: {said}"
-        assert "the engine did not start the producer of the shared loader 'syn'" in said, said
-        assert "died (pid " in said and "exit 3)" in said, said
-        assert f"after {RESTART_LIMIT} restarts in a row" in said, said
-        assert "loader register" not in said and "registering the dataset again" in said, said
-        assert len(attempts_at(engine)) == RESTART_LIMIT
-
-
 # A dataset module that says why on stderr (the producer's log) and ends the process as it is
 # imported: an exit status that is not EXIT_FINAL, so the engine restarts it.
 SAYS_WHY_AND_EXITS = (
@@ -162,13 +134,16 @@ SAYS_WHY_AND_EXITS = (
 
 
 @pytest.mark.slow(14)
-def test_while_a_producer_that_exits_at_once_is_restarted_its_job_and_status_say_why(
+def test_a_personal_engines_producer_that_exits_at_once_is_said_at_each_restart_then_given_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """From its first restart on (not only once the engine gives up, ~9 s later), the job's
-    consumer says on stderr how the producer went down (its exit status and its log's last
-    line) and which restart this is, and the engine's status says the same as the loader's
-    problem (`engine status`'s `loader:` line). The restarts themselves are as before."""
+    """Its dataset's module ends the process as it is imported (no word in its info file, an
+    exit status that is not EXIT_FINAL: it may be passing, as an OOM kill is): the engine
+    restarts it, backing off. From its first restart on (not only once the engine gives up,
+    ~9 s later), the job's consumer says on stderr how the producer went down (its exit status
+    and its log's last line) and which restart this is, and the engine's status says the same
+    as the loader's problem (`engine status`'s `loader:` line). After RESTART_LIMIT the engine
+    gives up, and the consumer, waiting START_WAIT_S for it, fails then with the reason."""
     modules = tmp_path / "modules"
     modules.mkdir()
     (modules / "gd_says_why.py").write_text(SAYS_WHY_AND_EXITS)
@@ -213,5 +188,8 @@ def test_while_a_producer_that_exits_at_once_is_restarted_its_job_and_status_say
         assert why in text, text
         counts = [text.count(f"(attempt {n} of {RESTART_LIMIT})") for n in range(1, 6)]
         assert max(counts) == 1 and counts[-1] == 1, text  # each restart said once, the last too
-        assert f"after {RESTART_LIMIT} restarts in a row" in text, text  # then given up, as before
+        assert took < START_WAIT_S - 20, f"the job took {took:.1f} s to fail: {text}"
+        assert "the engine did not start the producer of the shared loader 'syn'" in text, text
+        assert f"after {RESTART_LIMIT} restarts in a row" in text, text  # then given up
+        assert "loader register" not in text and "registering the dataset again" in text, text
         assert len(attempts_at(engine)) == RESTART_LIMIT
