@@ -15,15 +15,16 @@ engine had no helper of it to share.)
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
 from typing import Any
 
 import msgspec
+
+from gpudesk.loader.workers import signal_name
+from gpudesk.text import printable_line
 
 RESTART_LIMIT = 5  # restarts in a row without a consumer connecting: then give up
 FIRST_DELAY_S = 0.5  # before the second restart in a row; doubled before each after it
@@ -116,21 +117,20 @@ class Restarts:
 
 def ended(code: int | None) -> str:
     """A producer's exit status as said: `exit N`, a signal by its name where it has one
-    (`killed by SIGKILL`), `exit None` where not known (a producer adopted, not the engine's
-    child)."""
+    (`killed by SIGKILL`; `killed by signal 40` for a real-time one), `exit None` where not
+    known (a producer adopted, not the engine's child)."""
     if code is not None and code < 0:
-        with contextlib.suppress(ValueError):  # a real-time signal has no name
-            return f"killed by {signal.Signals(-code).name}"
-        return f"killed by signal {-code}"
+        return f"killed by {signal_name(-code)}"
     return f"exit {code}"
 
 
 def last_line(log: Path, since: int) -> str | None:
     """The last line that is not blank in `log` past offset `since` (what the latest start
-    wrote), printable and cut to LINE_MAX, or None. The log is the engine's own file (on a
-    station root's, in its state folder), written by the producer through the descriptor it
-    was started with: opened as untrusted all the same (no link followed, no FIFO waited on)
-    and read at its end only, so the engine's loop reads 4 KiB at most."""
+    wrote), printable (`text.printable_line`) and cut to LINE_MAX, or None. The log is the
+    engine's own file (on a station root's, in its state folder), written by the producer
+    through the descriptor it was started with: opened as untrusted all the same (no link
+    followed, no FIFO waited on) and read at its end only, so the engine's loop reads 4 KiB at
+    most."""
     from gpudesk.untrusted import open_untrusted
 
     try:
@@ -148,5 +148,5 @@ def last_line(log: Path, since: int) -> str | None:
     lines = [line.strip() for line in tail.decode(errors="replace").splitlines() if line.strip()]
     if not lines:
         return None
-    shown = "".join(c if c.isprintable() else "?" for c in lines[-1])
+    shown = printable_line(lines[-1])
     return shown if len(shown) <= LINE_MAX else f"{shown[: LINE_MAX - 1]}…"

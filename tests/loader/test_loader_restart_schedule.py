@@ -69,7 +69,7 @@ def test_how_a_producer_went_down_names_its_exit_and_its_own_last_line(tmp_path:
     with log.open("a") as f:
         f.write("Traceback ...\nRuntimeError: no \x1b[31mdisk\n\n")
     said = restarts.down(exited.pid, exited, log)
-    assert said.endswith("exit 3; its log's last line: RuntimeError: no ?[31mdisk)"), said
+    assert said.endswith("exit 3; its log's last line: RuntimeError: no \\x1b[31mdisk)"), said
     with log.open("a") as f:
         f.write("x" * 5000 + "\n")
     assert len(last_line(log, 0) or "") == LINE_MAX
