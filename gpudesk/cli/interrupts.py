@@ -4,20 +4,25 @@ Python raises KeyboardInterrupt from its SIGINT handler in whatever code runs wh
 arrives. When that code is a callback Python calls for itself — a weakref callback, such as the
 one importlib uses to drop a module's import lock, a `__del__`, a finalizer — the exception
 cannot propagate: Python prints "Exception ignored in: …" and goes on. A `gpudesk run` hit so
-would keep following its jobs as if the Ctrl-C had never come (seen once in CI, with the
-interrupt landing on an import half a second into the run).
+would keep following its jobs as if the Ctrl-C had never come (seen in CI, with the interrupt
+landing on an import 0.1-0.5 s into the run).
 
 The ledger counts the interrupts its handler raised; code that handles KeyboardInterrupt says
 `seen()`, and the long loops call `check()`, which raises KeyboardInterrupt again for one that
 nobody saw. Only Python's own handler is replaced, only on the main thread (where signal
 handlers run), so a caller that set SIGINT otherwise (ignored, as a shell's background job is
 started) keeps its choice.
+
+The entry points install it before they import anything else, so this module imports nothing
+Python has not loaded as it started: Python's own `_signal`, which `signal` wraps in enums it
+builds as it is imported (about 1 ms, ten times that on a loaded machine), a window in which a
+Ctrl-C would be swallowed uncounted or print a traceback from a frame of ours.
 """
 
 from __future__ import annotations
 
-import signal
-import threading
+# Python's C module, set up as the interpreter starts (it installs the SIGINT handler): no stubs
+import _signal  # type: ignore[import-not-found]
 from types import FrameType
 
 
@@ -31,16 +36,18 @@ class InterruptLedger:
 
     def install(self) -> None:
         """Handle SIGINT here when Python's own handler has it (else leave it as it is)."""
-        if self._installed or threading.current_thread() is not threading.main_thread():
+        if self._installed or _signal.getsignal(_signal.SIGINT) is not _signal.default_int_handler:
             return
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            signal.signal(signal.SIGINT, self._interrupted)
-            self._installed = True
+        try:
+            _signal.signal(_signal.SIGINT, self._interrupted)
+        except ValueError:  # not the main thread, where Python runs signal handlers
+            return
+        self._installed = True
 
     def uninstall(self) -> None:
         """Python's own handler back (tests; a CLI process keeps the ledger to its end)."""
         if self._installed:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
             self._installed = False
         self._unseen = 0
 

@@ -5,6 +5,7 @@ its jobs until the test's timeout."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -84,6 +85,66 @@ def test_the_ledger_leaves_a_handler_it_did_not_expect_alone() -> None:
         """
     )
     assert done.stdout.strip() == "True", done.stderr
+
+
+# Records which modules were imported, beyond those loaded as Python started and these lines'
+# own, when SIGINT's handler is first set (the ledger going in), then runs the command `ENTRY`.
+ORDER = """
+import _signal, json, runpy, sys
+
+started_with = set(sys.modules)
+imported = []
+set_handler = _signal.signal
+
+def recording(signum, handler):
+    if signum == _signal.SIGINT and not imported:
+        imported.append(sorted(set(sys.modules) - started_with))
+    return set_handler(signum, handler)
+
+_signal.signal = recording
+sys.argv = ["gpudesk", "--version"]
+try:
+    ENTRY
+finally:
+    print(json.dumps(imported[0] if imported else None), file=sys.stderr)
+"""
+
+
+def imported_before_the_ledger(entry: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", ORDER.replace("ENTRY", entry)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stderr.splitlines()[-1])
+
+
+def test_the_ledger_is_in_before_the_command_imports_more_than_it() -> None:
+    """An import's module lock is dropped by a weakref callback, where Python swallows a
+    Ctrl-C: before the ledger counts them, the command imports nothing but the ledger's
+    module and the packages above it, by either door (`python -m gpudesk`, the console
+    script's `gpudesk.cli.entry:main`)."""
+    ledger = ["gpudesk", "gpudesk.cli", "gpudesk.cli.interrupts"]
+    as_module = "runpy.run_module('gpudesk', run_name='__main__')"
+    assert imported_before_the_ledger(as_module) == ledger
+    as_script = "from gpudesk.cli.entry import main; main()"
+    assert imported_before_the_ledger(as_script) == sorted([*ledger, "gpudesk.cli.entry"])
+    # and the ledger's module loads nothing Python had not loaded as it started
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; before = set(sys.modules); import gpudesk.cli.interrupts; "
+            "print(sorted(set(sys.modules) - before))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == str(ledger), done.stderr
 
 
 def test_a_run_whose_ctrl_c_was_swallowed_still_cancels_its_jobs(
