@@ -372,6 +372,9 @@ class LoaderSupervisor:
         why = restarts.down(producer.pid, producer.process, self.home.loader_log(name))
         if restarts.exhausted:
             self.failed[name] = reason = restarts.given_up(why, self.home.loader_log(name))
+            # reported as not running from now on, not from the next tick: a status between
+            # them said "running" beside "not restarted"
+            self.stopped[name] = self.producers.pop(name)
             self.events.append(f"shared loader {name!r} given up: {reason}")
             say_not_started(self.home, name, reason, given_up=True)  # its consumers stop waiting
         elif said := restarts.take(now, why):
