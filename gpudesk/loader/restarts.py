@@ -117,9 +117,11 @@ class Restarts:
 
 def ended(code: int | None) -> str:
     """A producer's exit status as said: `exit N`, a signal by its name where it has one
-    (`killed by SIGKILL`; `killed by signal 40` for a real-time one), `exit None` where not
-    known (a producer adopted, not the engine's child)."""
-    if code is not None and code < 0:
+    (`killed by SIGKILL`; `killed by signal 40` for a real-time one), or that it is not known
+    (a producer the engine adopted, not its child: only a parent is told a process's status)."""
+    if code is None:
+        return "its exit status not known: adopted, not the engine's child"
+    if code < 0:
         return f"killed by {signal_name(-code)}"
     return f"exit {code}"
 
