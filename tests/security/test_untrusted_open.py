@@ -9,13 +9,19 @@ still refused."""
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from local_users import local_accounts
 
 from gpudesk.loader.protocol import read_info
 from gpudesk.untrusted import REOPENS, UntrustedFileError, read_untrusted
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # one the test user may run (the project's may sit in /root)
 
 
 def replacing_as_opened(monkeypatch: pytest.MonkeyPatch, path: Path, times: int) -> list[int]:
@@ -65,3 +71,75 @@ def test_a_second_name_is_still_refused(tmp_path: Path) -> None:
     with pytest.raises(UntrustedFileError, match="second name"):
         read_untrusted(info, None)
     assert read_info(info) is None
+
+
+# Run as the second user: each line on stdin asks for one act in her folder (argv[1]); "done"
+# answers it. "replace N": her info file replaced (os.replace) by one saying pid N.
+HER_WRITER = """
+import os, sys
+folder = sys.argv[1]
+for line in sys.stdin:
+    act, *arg = line.split()
+    if act == "replace":
+        tmp = os.path.join(folder, "syn.json.tmp")
+        with open(tmp, "w") as out:
+            out.write('{"pid": %s}' % arg[0])
+        os.replace(tmp, os.path.join(folder, "syn.json"))
+    elif act == "link":
+        os.link(os.path.join(folder, "syn.json"), os.path.join(folder, "second"))
+    print("done", flush=True)
+"""
+
+
+def test_root_reads_the_file_a_member_replaced_as_it_opened_it_and_refuses_her_second_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As a station's engine reads a member's producer info file: root, with her uid as the
+    only owner it believes. She replaces the file between root's open and its check (her own
+    process, on root's cue): root reads her new file, never the one that lost its name; a
+    second name she gives it is refused."""
+    with local_accounts({"ada": []}) as made:
+        ada = made.users["ada"]
+        # a folder of hers that she can reach (pytest's own are root's, 0700)
+        folder = Path(tempfile.mkdtemp(prefix="gd-untrusted-", dir="/tmp"))
+        os.chown(folder, ada.uid, ada.gid)
+        folder.chmod(0o755)
+        her = subprocess.Popen(
+            ["runuser", "-u", ada.name, "--", SYSTEM_PYTHON, "-c", HER_WRITER, str(folder)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert her.stdin is not None and her.stdout is not None
+        stdin, stdout = her.stdin, her.stdout
+
+        def ask(act: str) -> None:
+            stdin.write(act + "\n")
+            stdin.flush()
+            assert stdout.readline().strip() == "done"
+
+        try:
+            ask("replace 1")
+            info = folder / "syn.json"
+            assert read_info(info, ada.uid) == {"pid": 1}
+            real_open = os.open
+            cued: list[int] = []
+
+            def open_then_she_replaces(name: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+                fd = real_open(name, flags, *args, **kwargs)
+                if str(name) == str(info) and not cued:
+                    cued.append(fd)
+                    ask("replace 2")  # the file root holds loses its name
+                return fd
+
+            with monkeypatch.context() as patched:
+                patched.setattr(os, "open", open_then_she_replaces)
+                assert read_info(info, ada.uid) == {"pid": 2}
+            assert cued and os.stat(info).st_uid == ada.uid
+            ask("link")
+            with pytest.raises(UntrustedFileError, match="second name"):
+                read_untrusted(info, ada.uid)
+        finally:
+            stdin.close()
+            her.wait(10)
+            shutil.rmtree(folder, ignore_errors=True)
