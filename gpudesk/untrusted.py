@@ -32,6 +32,11 @@ class _Unnamed(UntrustedFileError):
 Owners = int | frozenset[int] | None
 
 
+# How often `open_untrusted` opens a name again whose file was replaced as it opened it
+# (assumption: a writer that replaces it that often in a row is not one of ours)
+REOPENS = 5
+
+
 def open_untrusted(
     path: str | os.PathLike[str], owner_uid: Owners, flags: int = 0, made_here: bool = False
 ) -> int:
@@ -46,18 +51,13 @@ def open_untrusted(
     access |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
     # A file written by replacing it (os.replace, as a producer's info file is every second)
     # can lose its name between this open and the check: it then has no name (st_nlink 0),
-    # which is no second name; its successor is opened instead. Measured before: 0.5 % of
-    # reads racing a writer that replaces the file in a loop found "no file".
+    # which is no second name; its successor is opened instead (tests/security/
+    # test_untrusted_open.py).
     for _ in range(REOPENS):
         fd = _open_checked(path, access, owner_uid, made_here)
         if fd is not None:
             return fd
     raise FileNotFoundError(errno.ENOENT, "removed each time it was opened", str(path))
-
-
-# How often `open_untrusted` opens a name again whose file was replaced as it opened it
-# (assumption: a writer that replaces it that often in a row is not one of ours)
-REOPENS = 5
 
 
 def _open_checked(
