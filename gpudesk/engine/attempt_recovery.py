@@ -70,7 +70,9 @@ def _recover_one(attempts: Attempts, attempt: AttemptRecord) -> str:
         live.suspended_since = attempt.suspended_boottime
     if attempt.pid is None:  # the last engine died between starting it and recording it
         return _recover_unrecorded(attempts, live)
-    if runner.is_alive(attempt.pid, attempt.pid_started):
+    # its wrapper's start counts from the boot it ran in: in another boot no process is it
+    this_boot = attempt.boot_id is None or attempt.boot_id == boottime.boot_id()
+    if this_boot and runner.is_alive(attempt.pid, attempt.pid_started):
         attempts.adopt(live)
         return "adopted"
     attempts.settle(live, returncode=None)

@@ -31,7 +31,7 @@ from gpudesk import paths, trust
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, workdir_problem
 from gpudesk.core.umask import umask_text
-from gpudesk.hw import wrapper
+from gpudesk.hw import process_start, wrapper
 from gpudesk.hw.hostmetrics import group_processes
 from gpudesk.secure_path import insecure_step
 
@@ -46,8 +46,6 @@ LOG_FILE = wrapper.LOG_FILE
 # engine's, but a name is checked where it costs nothing).
 LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
 PRIVATE_DIR_MODE = 0o711  # a job run as its owner: its folders, the engine's, enterable only
-# create_time() is derived from boot time and clock ticks; allow for its rounding.
-_START_TIME_TOLERANCE = 0.05
 
 
 class LaunchError(RuntimeError):
@@ -376,10 +374,8 @@ def command_started(attempt_dir: str | Path) -> bool:
 
 
 def process_start_time(pid: int) -> float | None:
-    try:
-        return float(psutil.Process(pid).create_time())
-    except psutil.Error:
-        return None
+    """When `pid` started, from this boot (gpudesk.hw.process_start): what the store keeps."""
+    return process_start.started(pid)
 
 
 def lock_holder(attempt_dir: str | Path) -> int | None:
@@ -467,14 +463,9 @@ def read_wrapper_pid(attempt_dir: str | Path) -> int | None:
 
 
 def is_alive(pid: int, start_time: float | None) -> bool:
-    """Is this exact process (pid started at start_time) still running (not a zombie)?"""
-    try:
-        proc = psutil.Process(pid)
-        if start_time and abs(proc.create_time() - start_time) > _START_TIME_TOLERANCE:
-            return False
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    """Is this exact process (pid started at start_time, in this boot) still running (not a
+    zombie)? A start of 0 or None is not known: any live `pid` is taken for it."""
+    return process_start.runs(pid, start_time or None)
 
 
 def signal_group(pgid: int, sig: int) -> bool:

@@ -71,6 +71,7 @@ from gpudesk.loader.protocol import (
     final_failure,
     process_alive,
     read_info,
+    recorded_runs,
     stopping_reason,
 )
 from gpudesk.loader.reconnect import resume_epoch
@@ -94,7 +95,7 @@ STALL_NOTE_S = 120.0
 class SharedLoader:
     # Set by the producer's welcome (handshake.connect): whom this consumer reads, and its stream.
     producer_pid: int
-    producer_create_time: float | None
+    producer_started: float | None
     managed: bool
     per_epoch: int
     dataset_len: int
@@ -289,7 +290,7 @@ class SharedLoader:
                 return info
             if stopping_reason(info):
                 info = None  # it stops (handshake.py): none to read, but one may come up
-            if info and process_alive(int(info.get("pid", 0)), info.get("create_time")):
+            if info and recorded_runs(info):
                 if not info.get("preparing"):
                     return info
                 if not said:
@@ -530,7 +531,7 @@ class SharedLoader:
 
     # ----------------------------------------------------------------- failures
     def _check_producer(self) -> None:
-        if not process_alive(self.producer_pid, self.producer_create_time):
+        if not process_alive(self.producer_pid, self.producer_started):
             raise _ProducerLost(f"the producer for {self.name!r} (pid {self.producer_pid}) died")
 
     def close(self) -> None:

@@ -27,7 +27,7 @@ class ConsumerState:
 
     ident: bytes
     pid: int
-    create_time: float | None
+    started: float | None  # gpudesk.hw.process_start: its pid is its while this holds
     batch_size: int
     need: int  # slots one of its batches may span
     epoch: int  # the producer epoch it reads now: its first one not wholly given to it

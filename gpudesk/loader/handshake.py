@@ -159,7 +159,8 @@ def connect(loader: SharedLoader, info: dict[str, Any], resume: bool) -> None:
     loader.ring = Ring.attach(fd, os.fstat(fd).st_size)  # keeps fd: to map more as it grows
     loader._socket = sock
     loader.producer_pid = int(reply["pid"])
-    loader.producer_create_time = reply.get("create_time")
+    # "create_time": what a producer of an earlier gpudesk sends (process_start reads both)
+    loader.producer_started = reply.get("started", reply.get("create_time"))
     loader.managed = bool(reply.get("managed"))
     loader.per_epoch = int(reply["batches_per_epoch"])
     loader.dataset_len = int(reply["dataset_len"])

@@ -534,7 +534,7 @@ class Producer:
 
     def _check_consumers(self) -> None:
         for consumer in list(self.consumers.values()):
-            if not process_alive(consumer.pid, consumer.create_time):
+            if not process_alive(consumer.pid, consumer.started):
                 self._drop(consumer, "its process died")
 
     def _drop(self, consumer: ConsumerState, why: str) -> None:

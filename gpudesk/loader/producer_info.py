@@ -23,8 +23,9 @@ from gpudesk.loader.protocol import (
     LoaderError,
     decode,
     encode,
-    process_alive,
     read_info,
+    recorded_runs,
+    this_process,
     write_info,
 )
 from gpudesk.render import duration
@@ -68,7 +69,7 @@ def claim(config: ProducerConfig, info_path: Path, sockets: Sequence[Path]) -> C
         ) from None
     start: Key = (0, 0)
     if info is not None:
-        if process_alive(int(info.get("pid", 0)), info.get("create_time")):
+        if recorded_runs(info):
             raise LoaderError(
                 f"a producer for {config.name!r} already runs (pid {info['pid']}); stop it first"
             )
@@ -88,8 +89,7 @@ def write_serving(producer: Producer, **state: Any) -> None:
         producer.info_path,
         {
             "name": producer.config.name,
-            "pid": os.getpid(),
-            "create_time": producer.proc.create_time(),
+            **this_process(),
             "control": f"ipc://{producer.ctl_path}",
             "fd_socket": str(producer.fd_path),
             "identity": producer.config.identity(),
@@ -177,8 +177,6 @@ def write_failed(producer: Producer, reason: str) -> None:
 
 
 def _write_state(producer: Producer, state: dict[str, Any]) -> None:
-    import psutil
-
     kept = {
         key: value
         for key, value in (producer.previous_info or {}).items()
@@ -189,8 +187,7 @@ def _write_state(producer: Producer, state: dict[str, Any]) -> None:
         {
             **kept,
             "name": producer.config.name,
-            "pid": os.getpid(),
-            "create_time": psutil.Process().create_time(),
+            **this_process(),
             **state,
             "managed": producer.config.managed,
             "started_at": producer.started,

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudesk.core.datasets import NAME
+from gpudesk.hw import boottime, process_start
 from gpudesk.text import printable_line
 
 ENV_RESUME_S = "GPUDESK_LOADER_RESUME_S"  # how long a consumer waits for a restarted producer
@@ -140,17 +141,25 @@ def receive_fd(path: Path, timeout: float = 5.0) -> int:
     return fds[0]
 
 
-def process_alive(pid: int, create_time: float | None = None) -> bool:
-    """True while the process runs (a zombie, or a new process with its pid, does not count)."""
-    import psutil
+def process_alive(pid: int, started: float | None = None) -> bool:
+    """True while the process runs (a zombie, or a new process with its pid, does not count):
+    `started` is its start as gpudesk.hw.process_start.started() gave it, in this boot."""
+    return process_start.runs(pid, started)
 
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return create_time is None or abs(proc.create_time() - create_time) < 0.01
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
+
+def this_process() -> dict[str, Any]:
+    """This process as an info file names it: its pid, its start and the boot it is in."""
+    pid = os.getpid()
+    return {"pid": pid, "started": process_start.started(pid), "boot_id": boottime.boot_id()}
+
+
+def recorded_runs(info: dict[str, Any]) -> bool:
+    """True while the process an info file names (this_process(), or the older `create_time`)
+    runs; in another boot than the one it was recorded in, none does."""
+    boot = info.get("boot_id")
+    if boot is not None and boot != boottime.boot_id():
         return False
+    return process_alive(int(info.get("pid", 0)), info.get("started", info.get("create_time")))
 
 
 EXITED = "it has exited"  # `gone`'s word for a producer no longer running
@@ -162,7 +171,7 @@ def gone(info: dict[str, Any], info_path: Path, owner_uid: int | None = None) ->
     between short waits by whoever waits for its answer (a consumer's hello, a status request),
     which then learns at once instead of at the end of its timeout."""
     pid = int(info.get("pid", 0))
-    if not process_alive(pid, info.get("create_time")):
+    if not recorded_runs(info):
         return EXITED
     now = read_info(info_path, owner_uid)
     return stopping_reason(now) if now is not None and now.get("pid") == pid else None

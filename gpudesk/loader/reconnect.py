@@ -23,8 +23,8 @@ from gpudesk.loader.handshake import PREPARING_POLL_S, ProducerStopped
 from gpudesk.loader.protocol import (
     LoaderError,
     final_failure,
-    process_alive,
     read_info,
+    recorded_runs,
     stopping_reason,
 )
 
@@ -67,7 +67,7 @@ def reconnect(loader: SharedLoader, why: str) -> None:
         if stopping_reason(info):
             info = None  # it stops as it came (handshake.py): wait for the one in its place
         pid = int(info.get("pid", 0)) if info else 0
-        if info and pid != loader.producer_pid and process_alive(pid, info.get("create_time")):
+        if info and pid != loader.producer_pid and recorded_runs(info):
             if info.get("preparing"):  # it comes back after its pre-pass: wait for it
                 deadline = max(deadline, time.monotonic() + PREPARING_POLL_S)
                 time.sleep(0.1)

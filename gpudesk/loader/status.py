@@ -15,8 +15,8 @@ from gpudesk.loader.protocol import (
     encode,
     final_failure,
     gone,
-    process_alive,
     read_info,
+    recorded_runs,
     stopping_reason,
 )
 from gpudesk.loader.station_access import info_files, socket_of
@@ -48,7 +48,7 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
         if failed is not None:
             out.append({"name": info.get("name"), "error": f"its producer failed: {said(failed)}"})
             continue
-        if not process_alive(int(info.get("pid", 0)), info.get("create_time")):
+        if not recorded_runs(info):
             out.append(not_running(info))
             continue
         if info.get("preparing"):

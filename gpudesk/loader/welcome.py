@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
+from gpudesk.hw import process_start
 from gpudesk.loader.consumer_state import ConsumerState, need_slots
 from gpudesk.loader.producer_info import note_reuse
 from gpudesk.loader.protocol import encode
@@ -47,12 +48,7 @@ def hello(producer: Producer, ident: bytes, message: dict[str, Any]) -> None:
             "--slots larger or --batch-size larger",
         )
         return
-    import psutil
-
-    try:
-        create_time = psutil.Process(pid).create_time()
-    except psutil.Error:
-        create_time = None
+    started = process_start.started(pid)
     resume = message.get("resume") or None
     note_reuse(producer, message.get("job"), pid, resumed=bool(resume))
     epoch = producer.stream_position()[0]
@@ -63,7 +59,7 @@ def hello(producer: Producer, ident: bytes, message: dict[str, Any]) -> None:
             got.setdefault(int(e), set()).update(int(j) for j in js)
     need = need_slots(batch_size, per_slot)
     consumer = ConsumerState(
-        ident, pid, create_time, batch_size, need, epoch, time.monotonic(), got=got
+        ident, pid, started, batch_size, need, epoch, time.monotonic(), got=got
     )
     while len(consumer.got.get(consumer.epoch, ())) >= producer.plan.per_epoch:
         consumer.got.pop(consumer.epoch)
@@ -85,7 +81,7 @@ def hello(producer: Producer, ident: bytes, message: dict[str, Any]) -> None:
                 dataset_len=producer.plan.length,
                 batch_size=per_slot,
                 pid=os.getpid(),
-                create_time=producer.proc.create_time(),
+                started=process_start.started(os.getpid()),
                 fd_socket=str(producer.fd_path),
                 makeups=len(consumer.missing),
                 managed=producer.config.managed,

@@ -8,10 +8,12 @@ import sqlite3
 import time
 from pathlib import Path
 
+import psutil
 from conftest import EngineHandle, processes_in_group, wait_for
 
 from gpudesk.api.models import ActionOutcome
 from gpudesk.core.station import StationConfig
+from gpudesk.hw import boottime, process_start
 
 
 def started_marker(ran: Path, tag: str) -> str:
@@ -194,3 +196,49 @@ def test_a_start_after_a_killed_engine_says_so_and_one_after_a_stop_does_not(
     engine.stop()
     engine.start()
     assert engine.home.engine_log.read_text().count("ended without stopping") == 1
+
+
+def test_the_store_names_a_wrapper_by_its_start_from_boot_and_a_restart_adopts_it(
+    engine: EngineHandle, tmp_path: Path
+) -> None:
+    """The wrapper's start is kept as the boot's tick (gpudesk.hw.process_start), which no
+    clock step moves; a store from an earlier gpudesk, with create_time() in its place, is read
+    too: its running job is adopted, not settled, by the engine after the upgrade."""
+    release = tmp_path / "release"
+    ids = engine.submit(
+        *(
+            {
+                "name": name,
+                "command": ["sh", "-c", f"while [ ! -e {release} ]; do sleep 0.02; done"],
+            }
+            for name in ("now", "older")
+        )
+    )
+    for job_id in ids:
+        engine.wait_state(job_id, "running")
+    engine.kill9()
+    db = sqlite3.connect(engine.home.db)
+    try:
+        rows = db.execute(
+            "SELECT job_id, pid, pid_started, boot_id FROM attempts ORDER BY job_id"
+        ).fetchall()
+        for _job, pid, started, boot in rows:
+            assert (started, boot) == (process_start.started(pid), boottime.boot_id())
+        older_pid = rows[1][1]
+        with db:
+            db.execute(
+                "UPDATE attempts SET pid_started = ?, boot_id = NULL WHERE job_id = ?",
+                (psutil.Process(older_pid).create_time(), ids[1]),
+            )
+    finally:
+        db.close()
+    engine.start()
+    release.touch()
+    for job_id in ids:
+        job = engine.wait_state(job_id, "succeeded")
+        assert job.attempts == 1
+        assert [e.state for e in engine.show(job_id).events if e.state] == [
+            "queued",
+            "running",
+            "succeeded",
+        ]

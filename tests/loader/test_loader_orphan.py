@@ -29,6 +29,7 @@ from conftest import EngineHandle, wait_for
 from test_loader import FACTORY, GPUDESK, Loaders, assert_exactly_once
 
 from gpudesk.api.models import LoaderView
+from gpudesk.hw import process_start
 from gpudesk.loader.orphan import ENV_ORPHAN_GRACE_S, orphan_of
 from gpudesk.loader.protocol import process_alive, read_info
 from gpudesk.loader.status import collect
@@ -67,11 +68,11 @@ class Managed:
         argv += ["--exit"] * exit_at_once + ["--", *SERVE]
         self.engine = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
         self.pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text(), 30, what="pid"))
-        self.create_time = psutil.Process(self.pid).create_time()
+        self.started = process_start.started(self.pid)
         self.info_path = home.loader_paths(NAME)[2]
 
     def alive(self) -> bool:
-        return process_alive(self.pid, self.create_time)
+        return process_alive(self.pid, self.started)
 
     def ready(self) -> bool:
         assert self.alive(), f"the producer exited: {self.output()}"

@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import psutil
 import pytest
 import zmq
 
+from gpudesk.hw import process_start
 from gpudesk.loader.protocol import STEP_MS, write_info
 from gpudesk.loader.status import STATUS_TIMEOUT_MS, collect
 from gpudesk.paths import Home
@@ -53,7 +53,7 @@ def producer(home: Home) -> Iterator[tuple[Home, subprocess.Popen[bytes], zmq.So
 
 
 def info_of(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
-    return {"name": NAME, "pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time()}
+    return {"name": NAME, "pid": proc.pid, "started": process_start.started(proc.pid)}
 
 
 def asked_while(

@@ -1,8 +1,8 @@
 """Root's engine signals a shared loader's producer by pid only while that pid is still the
-producer (its info file's create_time): a stopping producer is killed STOP_WAIT_S after it was
-told to stop (issue 36: stopped off the loop), and by then its number may name another process,
-a member's. Real processes: the producer a root `sh` that ignores SIGTERM, the member's a `sleep`
-run as a real other user."""
+producer (its info file's start, gpudesk.hw.process_start): a stopping producer is killed
+STOP_WAIT_S after it was told to stop (issue 36: stopped off the loop), and by then its number
+may name another process, a member's. Real processes: the producer a root `sh` that ignores
+SIGTERM, the member's a `sleep` run as a real other user."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from local_users import LocalUser
 from gpudesk.core.datasets import DatasetSpec
 from gpudesk.engine.services import loaders
 from gpudesk.engine.services.loaders import LoaderSupervisor, Statuses
+from gpudesk.hw import process_start
 from gpudesk.loader.protocol import write_info
 from gpudesk.paths import Home
 
@@ -47,7 +48,7 @@ def adopted(home: Home, process: subprocess.Popen[bytes]) -> LoaderSupervisor:
     whose stops happen at once: no status to ask, no wait before the kill."""
     info = home.loader_paths(SPEC.name)[2]
     info.parent.mkdir(parents=True, exist_ok=True)
-    write_info(info, {"pid": process.pid, "create_time": psutil.Process(process.pid).create_time()})
+    write_info(info, {"pid": process.pid, "started": process_start.started(process.pid)})
     supervisor = LoaderSupervisor(home)
     supervisor.register([SPEC])
     supervisor.ensure(SPEC.name)  # adopts it: alive by its info file

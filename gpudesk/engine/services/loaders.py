@@ -40,6 +40,7 @@ from gpudesk.loader.protocol import (
     final_failure,
     process_alive,
     read_info,
+    recorded_runs,
 )
 from gpudesk.loader.restarts import Restarts
 from gpudesk.loader.station_access import (
@@ -79,9 +80,9 @@ class _Producer:
     spec: DatasetSpec
     process: subprocess.Popen[bytes] | None = None
     pid: int | None = None
-    # when the process with `pid` started (its info file says): a pid is signalled only while
-    # it is still that process, never one that took the number after it ended
-    create_time: float | None = None
+    # when the process with `pid` started (its info file says; gpudesk.hw.process_start): a pid
+    # is signalled only while it is still that process, never one that took the number after it
+    started: float | None = None
     unneeded_since: float | None = None
     restarts: Restarts = field(default_factory=Restarts)
     last_status: dict[str, Any] | None = None
@@ -191,8 +192,9 @@ class LoaderSupervisor:
         if producer.starting:
             return True  # its jobs wait for it (consumer.START_WAIT_S), as for one starting
         info = self._info(producer.spec.name)
-        if info is not None and process_alive(int(info.get("pid", 0)), info.get("create_time")):
-            producer.pid, producer.create_time = int(info["pid"]), info.get("create_time")
+        if info is not None and recorded_runs(info):
+            producer.pid = int(info["pid"])
+            producer.started = info.get("started", info.get("create_time"))
             return True
         # Starting: the process runs but has not written its info yet.
         return producer.process is not None and producer.process.poll() is None
@@ -265,7 +267,7 @@ class LoaderSupervisor:
                 say_not_started(self.home, name, why)  # its jobs' consumers stop waiting
             return
         assert producer.process is not None
-        producer.pid, producer.create_time = producer.process.pid, None
+        producer.pid, producer.started = producer.process.pid, None
         spec = producer.spec
         self.events.append(
             f"shared loader {name!r} started (pid {producer.pid}): {spec.factory}, batches of "
@@ -504,7 +506,7 @@ class LoaderSupervisor:
     def _gone(producer: _Producer) -> bool:
         if producer.process is not None and producer.process.poll() is not None:
             return True  # reaped: its pid may be another process's by now
-        return not (producer.pid and process_alive(producer.pid, producer.create_time))
+        return not (producer.pid and process_alive(producer.pid, producer.started))
 
     def _signal(self, producer: _Producer, sig: signal.Signals) -> None:
         if self._gone(producer) or not producer.pid:
