@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import os
 
-import psutil
-
 # A start in the older form, psutil's create_time() in seconds since the epoch (what stores and
 # info files written before this module hold), is larger than any uptime: 1e9 s is 31 years.
 _EPOCH_FORM = 1e9
@@ -63,6 +61,8 @@ def runs(pid: int, start: float | None = None) -> bool:
     if start is None:
         return True
     if start >= _EPOCH_FORM:
+        import psutil  # only for records in the older form: a job's loader imports this module
+
         try:
             return abs(psutil.Process(pid).create_time() - start) <= _EPOCH_TOLERANCE
         except psutil.Error:
