@@ -77,7 +77,7 @@ class ExitRecord(msgspec.Struct, frozen=True):
 
 class Launched(msgspec.Struct, frozen=True):
     pid: int
-    start_time: float
+    start_time: float  # the wrapper's start from boot (process_start); 0.0 where none was read
 
 
 class WrapperRecord(msgspec.Struct, frozen=True):
