@@ -25,6 +25,15 @@ from typing import Any
 import psutil
 import pytest
 import torch
+from clock_step import (
+    STEP_S,
+    after_the_step,
+    btime_seen_by,
+    needs_namespaces,
+    real_btime,
+    skip_if_refused,
+    stepped_proc_stat,
+)
 from conftest import wait_for
 from loader_consumer import consume
 
@@ -395,14 +404,16 @@ class Loaders:
         gated: bool = False,
         hold_hello: Path | None = None,
         fallback: dict[str, Any] | None = None,
+        wrap: tuple[str, ...] = (),
     ) -> Consumer:
         """A consumer process; `gated`: it connects only when told to (`go`); `hold_hello`: it
         waits while that file exists between finding its producer and saying hello; `fallback`: the
-        factory's arguments where it may read locally."""
+        factory's arguments where it may read locally; `wrap`: what runs it (its argv's prefix)."""
         self.count += 1
         out = self.tmp / f"consumer{self.count}.jsonl"
         start_file = self.tmp / f"go{self.count}" if gated else None
         argv = [
+            *wrap,
             sys.executable,
             str(CONSUMER),
             name,
@@ -845,6 +856,37 @@ def test_a_consumer_says_what_it_waits_for_when_its_live_producer_sends_nothing(
 
 
 @pytest.mark.slow(15)
+@needs_namespaces
+def test_a_consumer_that_reads_a_stepped_clock_keeps_its_producer(
+    loaders: Loaders, tmp_path: Path
+) -> None:
+    """A consumer started after a wall-clock step (its /proc/stat's `btime` STEP_S later:
+    tests/clock_step.py) reads a producer started before it. It finds the producer by its info
+    file, and its checks of the producer between batches hold, so it reads every epoch. With
+    the producer named by psutil's create_time, its start looked STEP_S seconds off to the
+    consumer: a producer that had exited."""
+    size = 96
+    fake = stepped_proc_stat(tmp_path)
+    skip_if_refused(fake)
+    pause = tmp_path / "pause"
+    pause.touch()
+    producer = loaders.serve(size=size, batch=8)
+    consumer = loaders.consumer(
+        epochs=2, pause_file=pause, pause_from=3, wrap=tuple(after_the_step(fake))
+    )
+    wait_for(lambda: consumer.batches() >= 4, 30, what="the consumer to read, then pause")
+    # it reads the stepped btime, and its producer the real one: the test is what it says it is
+    assert btime_seen_by(consumer.pid) in (None, real_btime() + STEP_S)
+    assert consumer.pid in producer.consumers()
+    pause.unlink()
+    epochs = consumer.finish(60)
+    assert len(epochs) == 2
+    for epoch in epochs:
+        assert_exactly_once(epoch["ids"], size, f"epoch {epoch['epoch']}")
+        assert epoch["data_ok"]
+    assert not consumer.events("error")
+
+
 def test_a_dead_producer_is_reported_at_once_or_a_restarted_one_resumed(loaders: Loaders) -> None:
     size, batch = 200, 8
     # A slow dataset (24 ms a batch): the consumers are always waiting for the producer. It
