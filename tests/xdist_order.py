@@ -1,4 +1,4 @@
-"""How the suite's tests are spread over pytest-xdist's workers (pyproject's addopts: `-n 4
+"""How the suite's tests are spread over pytest-xdist's workers (pyproject's addopts: `-n 6
 --dist loadgroup --no-loadscope-reorder`): the order the workers take them in, and the rule that
 a `serial` test runs with no other test running.
 
@@ -84,7 +84,7 @@ _held: list[IO[str]] = []
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Under pytest-xdist (the suite runs on 4 workers, pyproject's addopts), a test marked
+    """Under pytest-xdist (the suite runs on 6 workers, pyproject's addopts), a test marked
     `serial` runs with no other test running: those measure CPU time or throughput (the
     calibration probe's busy share, the collocation measurements), which a test on the other core
     would distort. Two locks in a folder all workers of the run share: every test passes the
