@@ -52,14 +52,17 @@ def started(pid: int) -> float | None:
     return None if stat is None else stat[1] / _HZ
 
 
-def runs(pid: int, start: float | None = None) -> bool:
+def runs(pid: int, start: object = None) -> bool:
     """True while process `pid` runs (a zombie does not) and, where `start` is given, is the one
-    that started then: a value from started() in this boot, or an older record's create_time()."""
+    that started then: a value from started() in this boot, or an older record's create_time().
+    A start that is no number (a member's info file says what she likes) names no process."""
     stat = _stat(pid)
     if stat is None or stat[0] in ("Z", "X"):
         return False
     if start is None:
         return True
+    if isinstance(start, bool) or not isinstance(start, int | float):
+        return False
     if start >= _EPOCH_FORM:
         import psutil  # only for records in the older form: a job's loader imports this module
 

@@ -141,7 +141,7 @@ def receive_fd(path: Path, timeout: float = 5.0) -> int:
     return fds[0]
 
 
-def process_alive(pid: int, started: float | None = None) -> bool:
+def process_alive(pid: int, started: object = None) -> bool:
     """True while the process runs (a zombie, or a new process with its pid, does not count):
     `started` is its start as gpudesk.hw.process_start.started() gave it, in this boot."""
     return process_start.runs(pid, started)

@@ -143,3 +143,11 @@ def test_another_process_reads_the_same_start() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_start_that_is_no_number_names_no_process(child: subprocess.Popen[bytes]) -> None:
+    """A member's info file says what she likes: root's engine reads its start and must not
+    fail on it (on its loop), nor take the pid it names for her producer."""
+    for start in ("soon", [1.0], {"at": 1.0}, True, float("nan"), float("inf")):
+        assert not process_start.runs(child.pid, start), start
+        assert not recorded_runs({"pid": child.pid, "started": start}), start
