@@ -24,6 +24,7 @@ from gpudesk.loader.protocol import (
     decode,
     encode,
     read_info,
+    recorded_pid,
     recorded_runs,
     this_process,
     write_info,
@@ -64,7 +65,7 @@ def claim(config: ProducerConfig, info_path: Path, sockets: Sequence[Path]) -> C
         info = read_info(info_path)
         raise LoaderError(
             f"a producer for {config.name!r} already runs "
-            + (f"(pid {info['pid']})" if info and info.get("pid") else "(it is starting)")
+            + (f"(pid {pid})" if info and (pid := recorded_pid(info)) else "(it is starting)")
             + "; stop it first"
         ) from None
     start: Key = (0, 0)

@@ -153,13 +153,20 @@ def this_process() -> dict[str, Any]:
     return {"pid": pid, "started": process_start.started(pid), "boot_id": boottime.boot_id()}
 
 
+def recorded_pid(info: dict[str, Any]) -> int:
+    """The pid an info file names; 0 (no process) where it names none that is a number (a
+    damaged file, or one a member wrote as she liked)."""
+    pid = info.get("pid", 0)
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else 0
+
+
 def recorded_runs(info: dict[str, Any]) -> bool:
     """True while the process an info file names (this_process(), or the older `create_time`)
     runs; in another boot than the one it was recorded in, none does."""
     boot = info.get("boot_id")
     if boot is not None and boot != boottime.boot_id():
         return False
-    return process_alive(int(info.get("pid", 0)), info.get("started", info.get("create_time")))
+    return process_alive(recorded_pid(info), info.get("started", info.get("create_time")))
 
 
 EXITED = "it has exited"  # `gone`'s word for a producer no longer running
@@ -170,7 +177,7 @@ def gone(info: dict[str, Any], info_path: Path, owner_uid: int | None = None) ->
     why in its info file, of `owner_uid` where given); None while it is there to serve. Asked
     between short waits by whoever waits for its answer (a consumer's hello, a status request),
     which then learns at once instead of at the end of its timeout."""
-    pid = int(info.get("pid", 0))
+    pid = recorded_pid(info)
     if not recorded_runs(info):
         return EXITED
     now = read_info(info_path, owner_uid)

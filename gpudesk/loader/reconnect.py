@@ -24,6 +24,7 @@ from gpudesk.loader.protocol import (
     LoaderError,
     final_failure,
     read_info,
+    recorded_pid,
     recorded_runs,
     stopping_reason,
 )
@@ -66,7 +67,7 @@ def reconnect(loader: SharedLoader, why: str) -> None:
             raise LoaderError(f"{why}; {loader._failed_producer(info)}")
         if stopping_reason(info):
             info = None  # it stops as it came (handshake.py): wait for the one in its place
-        pid = int(info.get("pid", 0)) if info else 0
+        pid = recorded_pid(info) if info else 0
         if info and pid != loader.producer_pid and recorded_runs(info):
             if info.get("preparing"):  # it comes back after its pre-pass: wait for it
                 deadline = max(deadline, time.monotonic() + PREPARING_POLL_S)

@@ -16,7 +16,7 @@ import psutil._pslinux
 import pytest
 
 from gpudesk.hw import boottime, process_start, runner
-from gpudesk.loader.protocol import process_alive, recorded_runs, this_process
+from gpudesk.loader.protocol import gone, process_alive, recorded_runs, this_process
 
 
 @pytest.fixture
@@ -151,3 +151,12 @@ def test_a_start_that_is_no_number_names_no_process(child: subprocess.Popen[byte
     for start in ("soon", [1.0], {"at": 1.0}, True, float("nan"), float("inf")):
         assert not process_start.runs(child.pid, start), start
         assert not recorded_runs({"pid": child.pid, "started": start}), start
+
+
+def test_a_pid_that_is_no_number_names_no_process(tmp_path: Path) -> None:
+    """A damaged info file, or one a member wrote as she liked: no process, and no traceback
+    in whoever reads it (her job's consumer, the engine's loop)."""
+    for pid in ("12", "abc", 3.5, True, None, [1], -4, 0):
+        info = {"pid": pid, "started": 1.0}
+        assert not recorded_runs(info), pid
+        assert gone(info, tmp_path / "none.json") == "it has exited", pid

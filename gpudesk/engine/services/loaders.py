@@ -40,6 +40,7 @@ from gpudesk.loader.protocol import (
     final_failure,
     process_alive,
     read_info,
+    recorded_pid,
     recorded_runs,
 )
 from gpudesk.loader.restarts import Restarts
@@ -193,7 +194,7 @@ class LoaderSupervisor:
             return True  # its jobs wait for it (consumer.START_WAIT_S), as for one starting
         info = self._info(producer.spec.name)
         if info is not None and recorded_runs(info):
-            producer.pid = int(info["pid"])
+            producer.pid = recorded_pid(info)
             producer.started = info.get("started", info.get("create_time"))
             return True
         # Starting: the process runs but has not written its info yet.
