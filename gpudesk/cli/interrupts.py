@@ -9,7 +9,10 @@ landing on an import 0.1-0.5 s into the run).
 
 The ledger counts the interrupts its handler raised; code that handles KeyboardInterrupt says
 `seen()`, and the long loops call `check()`, which raises KeyboardInterrupt again for one that
-nobody saw. Only Python's own handler is replaced, only on the main thread (where signal
+nobody saw. Python's report of such a swallowed interrupt ("Exception ignored in: …", with a
+traceback through the handler) is not printed: the user pressed Ctrl-C, nothing went wrong, and
+the ledger has it (`sys.unraisablehook`; any other exception Python cannot raise is reported as
+Python would). Only Python's own handler is replaced, only on the main thread (where signal
 handlers run), so a caller that set SIGINT otherwise (ignored, as a shell's background job is
 started) keeps its choice.
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 # Python's C module, set up as the interpreter starts (it installs the SIGINT handler): no stubs
 import _signal  # type: ignore[import-not-found]
+import sys
 from types import FrameType
 
 
@@ -33,6 +37,7 @@ class InterruptLedger:
     def __init__(self) -> None:
         self._unseen = 0
         self._installed = False
+        self._python_hook = sys.unraisablehook
 
     def install(self) -> None:
         """Handle SIGINT here when Python's own handler has it (else leave it as it is)."""
@@ -43,13 +48,22 @@ class InterruptLedger:
         except ValueError:  # not the main thread, where Python runs signal handlers
             return
         self._installed = True
+        self._python_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
 
     def uninstall(self) -> None:
         """Python's own handler back (tests; a CLI process keeps the ledger to its end)."""
         if self._installed:
             _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+            sys.unraisablehook = self._python_hook
             self._installed = False
         self._unseen = 0
+
+    def _unraisable(self, unraisable: sys.UnraisableHookArgs) -> None:
+        """Python's report of an exception it could not raise: not printed for an interrupt
+        the ledger counted (check() raises it where code can take it)."""
+        if unraisable.exc_type is KeyboardInterrupt and self._unseen:
+            return
+        self._python_hook(unraisable)
 
     def _interrupted(self, signum: int, frame: FrameType | None) -> None:
         self._unseen += 1
