@@ -95,7 +95,7 @@ STALL_NOTE_S = 120.0
 class SharedLoader:
     # Set by the producer's welcome (handshake.connect): whom this consumer reads, and its stream.
     producer_pid: int
-    producer_started: float | None
+    producer_started: object  # process_start.runs() checks what the welcome gave
     managed: bool
     per_epoch: int
     dataset_len: int

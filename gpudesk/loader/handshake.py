@@ -40,6 +40,7 @@ from gpudesk.loader.protocol import (
     final_failure,
     gone,
     receive_fd,
+    recorded_start,
 )
 from gpudesk.loader.ring import Ring
 
@@ -159,8 +160,7 @@ def connect(loader: SharedLoader, info: dict[str, Any], resume: bool) -> None:
     loader.ring = Ring.attach(fd, os.fstat(fd).st_size)  # keeps fd: to map more as it grows
     loader._socket = sock
     loader.producer_pid = int(reply["pid"])
-    # "create_time": what a producer of an earlier gpudesk sends (process_start reads both)
-    loader.producer_started = reply.get("started", reply.get("create_time"))
+    loader.producer_started = recorded_start(reply)
     loader.managed = bool(reply.get("managed"))
     loader.per_epoch = int(reply["batches_per_epoch"])
     loader.dataset_len = int(reply["dataset_len"])

@@ -160,13 +160,19 @@ def recorded_pid(info: dict[str, Any]) -> int:
     return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else 0
 
 
+def recorded_start(info: dict[str, Any]) -> object:
+    """The start an info file or a welcome gives its process: `started`, or `create_time` from
+    a producer of an earlier gpudesk (process_start reads both forms)."""
+    return info.get("started", info.get("create_time"))
+
+
 def recorded_runs(info: dict[str, Any]) -> bool:
     """True while the process an info file names (this_process(), or the older `create_time`)
     runs; in another boot than the one it was recorded in, none does."""
     boot = info.get("boot_id")
     if boot is not None and boot != boottime.boot_id():
         return False
-    return process_alive(recorded_pid(info), info.get("started", info.get("create_time")))
+    return process_alive(recorded_pid(info), recorded_start(info))
 
 
 EXITED = "it has exited"  # `gone`'s word for a producer no longer running

@@ -45,7 +45,7 @@ import msgspec
 
 from gpudesk.core.identity import Identity, OwnerGone, as_known_now, login_identity, peer_caller
 from gpudesk.loader.orphan import ENV_ENGINE_PID
-from gpudesk.loader.protocol import LoaderError, final_failure, read_info
+from gpudesk.loader.protocol import LoaderError, final_failure, read_info, recorded_pid
 from gpudesk.loader.restarts import RestartNote
 from gpudesk.paths import Home, UnsafePath, check_station_dir, user_name
 from gpudesk.trust import OWNER_BOUND_S as OWNER_BOUND_S
@@ -296,8 +296,8 @@ def believed_pid(info: dict[str, object] | None, owner_uid: int) -> bool:
     the owner's (her producer could name any process, one root would then signal)."""
     import psutil
 
-    pid = info.get("pid") if info else None
-    if not isinstance(pid, int) or pid <= 0:
+    pid = recorded_pid(info) if info else 0
+    if not pid:
         return False
     try:
         return bool(psutil.Process(pid).uids().real == owner_uid)

@@ -42,6 +42,7 @@ from gpudesk.loader.protocol import (
     read_info,
     recorded_pid,
     recorded_runs,
+    recorded_start,
 )
 from gpudesk.loader.restarts import Restarts
 from gpudesk.loader.station_access import (
@@ -83,7 +84,7 @@ class _Producer:
     pid: int | None = None
     # when the process with `pid` started (its info file says; gpudesk.hw.process_start): a pid
     # is signalled only while it is still that process, never one that took the number after it
-    started: float | None = None
+    started: object = None
     unneeded_since: float | None = None
     restarts: Restarts = field(default_factory=Restarts)
     last_status: dict[str, Any] | None = None
@@ -195,7 +196,7 @@ class LoaderSupervisor:
         info = self._info(producer.spec.name)
         if info is not None and recorded_runs(info):
             producer.pid = recorded_pid(info)
-            producer.started = info.get("started", info.get("create_time"))
+            producer.started = recorded_start(info)
             return True
         # Starting: the process runs but has not written its info yet.
         return producer.process is not None and producer.process.poll() is None
