@@ -33,9 +33,10 @@ class ModelParams(msgspec.Struct, frozen=True):
     membw_per_sm: float  # a job's bandwidth share per unit of SM share, when it gives none
 
     def with_values(self, values: Mapping[str, float]) -> ModelParams:
-        known = {f.name for f in msgspec.structs.fields(self)}
+        # PARAM_NAMES, not msgspec.structs.fields(self): that reads the class's annotations
+        # again on every call (~1 ms), and placement asks for pessimistic parameters per pass
         return msgspec.structs.replace(
-            self, **{k: float(v) for k, v in values.items() if k in known}
+            self, **{k: float(v) for k, v in values.items() if k in PARAM_NAMES}
         )
 
     def to_dict(self) -> dict[str, float]:

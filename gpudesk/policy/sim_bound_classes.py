@@ -273,21 +273,25 @@ def _best_carving(
     worth = rates * weights
     best_class = np.argmax(worth, axis=1) if len(shapes) else np.zeros(0, dtype=int)
     value = [float(worth[p, best_class[p]]) for p in range(len(shapes))]
-    k = rates.shape[1]
-    # best[c][m]: the most with c compute and m memory slices used, and the rates it gives
-    best = [
-        [(0.0, np.zeros(k)) for _ in range(MEMORY_SLICES + 1)] for _ in range(COMPUTE_SLICES + 1)
-    ]
+    worthy = [(p, pc, pm) for p, (pc, pm) in enumerate(shapes) if value[p] > 0]
+    # best[c][m]: the most with c compute and m memory slices used, and the profile added last
+    # to get it (None: nothing), from which the rates it gives are summed once at the end
+    best = [[0.0] * (MEMORY_SLICES + 1) for _ in range(COMPUTE_SLICES + 1)]
+    last: list[list[int | None]] = [[None] * (MEMORY_SLICES + 1) for _ in range(COMPUTE_SLICES + 1)]
     for c in range(COMPUTE_SLICES + 1):
         for m in range(MEMORY_SLICES + 1):
-            for p, (pc, pm) in enumerate(shapes):
-                if pc <= c and pm <= m and value[p] > 0:
-                    before, row = best[c - pc][m - pm]
-                    if before + value[p] > best[c][m][0]:
-                        added = row.copy()
-                        added[best_class[p]] += rates[p, best_class[p]]
-                        best[c][m] = (before + value[p], added)
-    return best[COMPUTE_SLICES][MEMORY_SLICES]
+            for p, pc, pm in worthy:
+                if pc <= c and pm <= m and best[c - pc][m - pm] + value[p] > best[c][m]:
+                    best[c][m], last[c][m] = best[c - pc][m - pm] + value[p], p
+    chain: list[int] = []  # the profiles of the best layout, last added first
+    c, m = COMPUTE_SLICES, MEMORY_SLICES
+    while (added := last[c][m]) is not None:
+        chain.append(added)
+        c, m = c - shapes[added][0], m - shapes[added][1]
+    row = np.zeros(rates.shape[1])
+    for p in reversed(chain):  # in the order they were added: the same sums, bit for bit
+        row[best_class[p]] += rates[p, best_class[p]]
+    return best[COMPUTE_SLICES][MEMORY_SLICES], row
 
 
 def _weights_for(work: np.ndarray, types: list[_GpuType]) -> np.ndarray:
@@ -335,24 +339,25 @@ def _solve_dual(
     table[m - 1, -1] = 1.0
     table[:m, n : n + m] = np.eye(m)
     table[m, :k] = -work
-    basis = list(range(n, n + m))
+    basis = np.arange(n, n + m)
     for _ in range(50 * (m + n)):
-        entering = next((j for j in range(n + m) if table[m, j] < -TOLERANCE), None)
-        if entering is None:
+        negative = np.flatnonzero(table[m, : n + m] < -TOLERANCE)
+        if not len(negative):
             values = np.zeros(n + m)
-            for i, b in enumerate(basis):
-                values[b] = table[i, -1]
+            values[basis] = table[:m, -1]
             return values[:k], values[k:n]
+        entering = int(negative[0])  # Bland's rule: the lowest index
         column = table[:m, entering]
-        ratios = [
-            (table[i, -1] / column[i], basis[i], i) for i in range(m) if column[i] > TOLERANCE
-        ]
-        if not ratios:
+        rows = np.flatnonzero(column > TOLERANCE)
+        if not len(rows):
             return None  # unbounded: a class no state serves (it cannot run here)
-        _, _, leaving = min(ratios)
+        # the least ratio, ties to the lowest basic variable (Bland's rule), then the lowest row
+        ratios = table[rows, -1] / column[rows]
+        leaving = int(rows[np.lexsort((rows, basis[rows], ratios))[0]])
         table[leaving] /= table[leaving, entering]
-        for i in range(m + 1):
-            if i != leaving and table[i, entering] != 0.0:
-                table[i] -= table[i, entering] * table[leaving]
+        pivot = table[leaving].copy()
+        factors = table[:, entering].copy()
+        factors[leaving] = 0.0
+        table -= np.outer(factors, pivot)
         basis[leaving] = entering
     return None
