@@ -1,5 +1,4 @@
-"""Ask every producer of this home for its state (for `gpudesk loader status` and the engine), and
-what its status says sharing saved (`cpu_saving`: the engine's loader summary)."""
+"""Ask every producer of this home for its state (for `gpudesk loader status` and the engine)."""
 
 from __future__ import annotations
 
@@ -117,20 +116,4 @@ def not_running(info: dict[str, Any]) -> dict[str, Any]:
     return {
         "name": info.get("name"),
         "error": f"its producer (pid {info.get('pid')}) is not running",
-    }
-
-
-def cpu_saving(status: dict[str, Any]) -> dict[str, Any]:
-    """What loading cost, and what it would have cost had every consumer loaded its own batches:
-    the producer's CPU per batch it made, times the batches it handed out."""
-    cpu = status.get("cpu_s")
-    produced = status.get("produced") or 0
-    delivered = status.get("delivered_total") or 0
-    if cpu is None or not produced:
-        return {"cpu_s": cpu, "unshared_cpu_s": None, "saved_cpu_s": None}
-    unshared = cpu * delivered / produced
-    return {
-        "cpu_s": round(cpu, 2),
-        "unshared_cpu_s": round(unshared, 2),
-        "saved_cpu_s": round(unshared - cpu, 2),
     }

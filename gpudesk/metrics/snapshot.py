@@ -19,6 +19,7 @@ from typing import Any
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.mig_profiles import short_name
+from gpudesk.core.wire.station import LoaderView
 from gpudesk.hw.telemetry.energy import AttemptUsage
 from gpudesk.hw.telemetry.model import BackendReading, GpuHealth, GpuReading, MigDevice
 from gpudesk.hw.telemetry.monitor import TrackedAttempt
@@ -248,40 +249,26 @@ def job_counts(
 
 
 # -------------------------------------------------------------------------------- loaders
-def loader_figures(summary: Iterable[Mapping[str, Any]]) -> tuple[LoaderFigures, ...]:
+def loader_figures(summary: Iterable[LoaderView]) -> tuple[LoaderFigures, ...]:
     """The shared loaders as `LoaderSupervisor.summary()` reports them (the producers' last
     status, read on the loop's own schedule: nothing is read here)."""
     out = []
-    for entry in summary:
-        status = entry.get("status") or {}
-        consumers = [c for c in status.get("consumers") or () if isinstance(c, Mapping)]
-        rates = [_number(c.get("batches_per_s")) for c in consumers]
-        samples = [
-            rate * size
-            for c, rate in zip(consumers, rates, strict=True)
-            if rate is not None and (size := _number(c.get("batch_size"))) is not None
-        ]
+    for view in summary:
+        status = view.status
+        consumers = status.consumers if status else []
         out.append(
             LoaderFigures(
-                dataset=str(entry.get("name")),
-                running=bool(entry.get("running")),
-                batches=_whole(status.get("produced")),
-                delivered=_whole(status.get("delivered_total")),
-                batches_per_s=sum(r for r in rates if r is not None) if status else None,
-                samples_per_s=sum(samples) if status else None,
+                dataset=view.name,
+                running=view.running,
+                batches=status.produced if status else None,
+                delivered=status.delivered_total if status else None,
+                batches_per_s=sum(c.batches_per_s for c in consumers) if status else None,
+                samples_per_s=(
+                    sum(c.batches_per_s * c.batch_size for c in consumers) if status else None
+                ),
                 consumers=len(consumers),
-                cpu_s=_number(entry.get("cpu_s")),
-                saved_cpu_s=_number(entry.get("saved_cpu_s")),
+                cpu_s=view.cpu_s,
+                saved_cpu_s=view.saved_cpu_s,
             )
         )
     return tuple(out)
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def _whole(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -184,7 +184,7 @@ def retried(home: Home) -> None:
     loaders.tick(names)
     loaders.ensure("syn")
     assert not loaders.producers and sum("failed for good" in e for e in loaders.events) == 2
-    assert [s["running"] for s in loaders.summary()] == [False, False]
+    assert [s.running for s in loaders.summary()] == [False, False]
 
     loaders.register([spec])
     assert not loaders.failed

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpudesk.core.jobs import JobSpec
 from gpudesk.core.listen import ListenAddress, bind_problem, check_metrics_listen, parse_listen
 from gpudesk.core.station import StationConfig
+from gpudesk.core.wire.station import LoaderConsumer, LoaderSpec, LoaderStatus, LoaderView
 from gpudesk.engine.activity import DECISION_BUCKETS_S, EngineActivity
 from gpudesk.engine.services.metrics.exporter import RETRY_BIND_S
 from gpudesk.engine.store.database import Store
@@ -294,23 +295,49 @@ def test_a_suspended_job_is_counted_suspended_not_running(tmp_path: Path) -> Non
     assert ("gpudesk_jobs", {"state": "suspended", "user": "ada"}, 1.0) in got["gpudesk_jobs"]
 
 
+def loader_view(
+    name: str,
+    cpu_s: float | None = None,
+    saved_cpu_s: float | None = None,
+    status: tuple[int, int, list[tuple[float, int]]] | None = None,
+) -> LoaderView:
+    """A dataset as the engine's loader summary lists it; `status`: its producer's batches
+    made, handed out, and per consumer (batches per second, batch size); None: no report."""
+    spec = LoaderSpec(name, "pkg:factory", {}, 32, 2, 0, 4, True, None, None, {})
+    report = None
+    if status is not None:
+        produced, delivered, consumers = status
+        report = LoaderStatus(
+            name=name, pid=4242, dataset="pkg:factory", dataset_len=1000, batch_size=32,
+            batches_per_epoch=32, workers=2, worker_processes=2, seed=0, stream=[0, 0],
+            produced=produced, makeups_produced=0, bytes_written=0,
+            consumers_total=len(consumers), delivered_total=delivered, slots=4, slots_used=0,
+            slot_bytes=0, cpu_s=cpu_s or 0.0, uptime_s=60.0, managed=True, selection=None,
+            consumers=[
+                LoaderConsumer(
+                    pid=5000 + i, batch_size=size, epoch=0, position=None, delivered=0,
+                    batches_per_s=rate, held_slots=0, makeups_left=0,
+                )
+                for i, (rate, size) in enumerate(consumers)
+            ],
+        )  # fmt: skip
+    return LoaderView(
+        name=name,
+        pid=4242 if report else None,
+        spec=spec,
+        running=report is not None,
+        restarts=0,
+        cpu_s=cpu_s,
+        unshared_cpu_s=None,
+        saved_cpu_s=saved_cpu_s,
+        status=report,
+    )
+
+
 def test_loader_figures_sum_their_consumers() -> None:
     summary = [
-        {
-            "name": "images",
-            "running": True,
-            "cpu_s": 12.0,
-            "saved_cpu_s": 30.5,
-            "status": {
-                "produced": 100,
-                "delivered_total": 250,
-                "consumers": [
-                    {"batches_per_s": 4.0, "batch_size": 32},
-                    {"batches_per_s": 2.0, "batch_size": 64},
-                ],
-            },
-        },
-        {"name": "text", "running": False, "cpu_s": None, "saved_cpu_s": None, "status": None},
+        loader_view("images", 12.0, 30.5, (100, 250, [(4.0, 32), (2.0, 64)])),
+        loader_view("text"),
     ]
     images, text = loader_figures(summary)
     assert (images.batches, images.delivered, images.consumers) == (100, 250, 2)
@@ -381,21 +408,7 @@ def snapshot_by_hand() -> MetricsSnapshot:
         placements=tuple(activity.placements.items()),
         oom_recoveries=activity.oom_recoveries,
         decisions=activity.decision_times(),
-        loaders=loader_figures(
-            [
-                {
-                    "name": "images",
-                    "running": True,
-                    "cpu_s": 12.0,
-                    "saved_cpu_s": 30.5,
-                    "status": {
-                        "produced": 100,
-                        "delivered_total": 250,
-                        "consumers": [{"batches_per_s": 4.0, "batch_size": 32}],
-                    },
-                }
-            ]
-        ),
+        loaders=loader_figures([loader_view("images", 12.0, 30.5, (100, 250, [(4.0, 32)]))]),
     )
 
 

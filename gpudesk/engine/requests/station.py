@@ -21,7 +21,6 @@ from gpudesk.core.wire.station import (
     DatasetsResult,
     GpuCounts,
     LoaderSpec,
-    LoaderView,
     MpsInfo,
     PingResult,
     ShutdownResult,
@@ -109,7 +108,7 @@ class StationRequests(Requests):
             ),
             counts=self._counts(),
             # the producers' reports are their own JSON: checked against the wire type here
-            loaders=msgspec.convert(parts.loaders.summary(), list[LoaderView]),
+            loaders=parts.loaders.summary(),
             users=self._user_shares(),
             station_changes=[
                 event.view()

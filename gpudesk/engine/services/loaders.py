@@ -29,7 +29,7 @@ import msgspec
 
 from gpudesk.core.datasets import VARIANT_SEPARATOR, DatasetSpec
 from gpudesk.core.identity import Identity
-from gpudesk.core.wire.station import LoaderStatus
+from gpudesk.core.wire.station import LoaderSpec, LoaderStatus, LoaderView
 from gpudesk.engine.offloop import Offload
 from gpudesk.env_seconds import env_seconds
 from gpudesk.loader.protocol import (
@@ -58,7 +58,7 @@ from gpudesk.loader.station_access import (
     say_not_started,
     say_restarting,
 )
-from gpudesk.loader.status import STATUS_TIMEOUT_MS, collect, cpu_saving
+from gpudesk.loader.status import STATUS_TIMEOUT_MS, collect
 from gpudesk.paths import Home, UnsafePath, open_state_file
 from gpudesk.spawn import SAFE_CWD
 
@@ -87,7 +87,7 @@ class _Producer:
     started: object = None
     unneeded_since: float | None = None
     restarts: Restarts = field(default_factory=Restarts)
-    last_status: dict[str, Any] | None = None
+    last_status: LoaderStatus | None = None  # its last report that was a LoaderStatus
     # The GPU of the job that needed it when it started (its CUDA_VISIBLE_DEVICES entry): a
     # dataset served with device = "cuda" or "auto" stages its batches there (loader/staging.py)
     gpu: str | None = None
@@ -440,11 +440,11 @@ class LoaderSupervisor:
         # built from it never fail for every member because of one producer's answer
         if status and not status.keys() & {"error", "preparing", "stopping"}:
             try:
-                msgspec.convert(status, LoaderStatus)
+                report = msgspec.convert(status, LoaderStatus)
             except msgspec.ValidationError:
                 return  # the last good report stands
-            producer.last_status, producer.restarts.problem = status, None  # it serves
-            if status.get("consumers") and producer.restarts.served():  # a fresh count from now
+            producer.last_status, producer.restarts.problem = report, None  # it serves
+            if report.consumers and producer.restarts.served():  # a fresh count from now
                 forget_not_started(self.home, producer.spec.name)  # its restart note is done
 
     def stop(self, name: str, why: str) -> None:
@@ -520,24 +520,37 @@ class LoaderSupervisor:
         for name in [n for n in [*self.producers, *self.stopping] if n not in keep]:
             self.stop(name, why)
 
-    def summary(self) -> list[dict[str, Any]]:
-        """Per dataset: the producer's latest status and the CPU sharing saved, for views and
-        the run report."""
+    def summary(self) -> list[LoaderView]:
+        """Per dataset: the producer's latest status and the CPU sharing saved, for views, the
+        metrics and the run report."""
         out = []
-        every = {**self.stopped, **self.producers}
-        for name, producer in sorted(every.items()):
-            status = producer.last_status or {}
+        for name, producer in sorted({**self.stopped, **self.producers}.items()):
+            cpu_s, unshared_cpu_s, saved_cpu_s = cpu_saving(producer.last_status)
             out.append(
-                {
-                    "name": name,
-                    "pid": producer.pid,
-                    "spec": producer.spec.to_dict(),
-                    "running": name in self.producers,
-                    "starting": producer.starting,
-                    "restarts": producer.restarts.total,
-                    "problem": self.failed.get(name) or producer.restarts.problem,
-                    **cpu_saving(status),
-                    "status": status or None,
-                }
+                LoaderView(
+                    name=name,
+                    pid=producer.pid,
+                    spec=LoaderSpec(**producer.spec.to_dict()),
+                    running=name in self.producers,
+                    starting=producer.starting,
+                    restarts=producer.restarts.total,
+                    problem=self.failed.get(name) or producer.restarts.problem,
+                    status=producer.last_status,
+                    cpu_s=cpu_s,
+                    unshared_cpu_s=unshared_cpu_s,
+                    saved_cpu_s=saved_cpu_s,
+                )
             )
         return out
+
+
+def cpu_saving(status: LoaderStatus | None) -> tuple[float | None, float | None, float | None]:
+    """What loading cost, what it would have cost had every consumer loaded its own batches
+    (the producer's CPU per batch it made, times the batches it handed out), and the
+    difference: CPU seconds, None where the producer has not reported or made no batch yet."""
+    if status is None:
+        return None, None, None
+    if not status.produced:
+        return status.cpu_s, None, None
+    unshared = status.cpu_s * status.delivered_total / status.produced
+    return round(status.cpu_s, 2), round(unshared, 2), round(unshared - status.cpu_s, 2)
