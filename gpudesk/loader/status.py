@@ -1,4 +1,5 @@
-"""Ask every producer of this home for its state (for `gpudesk loader status` and the engine)."""
+"""Ask every producer of this home for its state (for `gpudesk loader status` and the engine), and
+what its status says sharing saved (`cpu_saving`: the engine's loader summary)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from gpudesk.text import printable
 
 if TYPE_CHECKING:
     import zmq
+
+    from gpudesk.core.wire.station import LoaderStatus
 
 STATUS_TIMEOUT_MS = 1000
 
@@ -117,3 +120,15 @@ def not_running(info: dict[str, Any]) -> dict[str, Any]:
         "name": info.get("name"),
         "error": f"its producer (pid {info.get('pid')}) is not running",
     }
+
+
+def cpu_saving(status: LoaderStatus | None) -> tuple[float | None, float | None, float | None]:
+    """What loading cost, what it would have cost had every consumer loaded its own batches
+    (the producer's CPU per batch it made, times the batches it handed out), and the
+    difference: CPU seconds, None where the producer has not reported or made no batch yet."""
+    if status is None:
+        return None, None, None
+    if not status.produced:
+        return status.cpu_s, None, None
+    unshared = status.cpu_s * status.delivered_total / status.produced
+    return round(status.cpu_s, 2), round(unshared, 2), round(unshared - status.cpu_s, 2)

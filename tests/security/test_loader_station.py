@@ -232,6 +232,35 @@ def test_a_refused_producer_start_tells_its_waiting_job_at_once(
     assert not [line for line in said if "died" in line], said
 
 
+@on_station
+@pytest.mark.slow(6)
+def test_why_a_members_producer_is_down_is_shown_to_her_and_the_admins_only(
+    station: tuple[Station, str, Path],
+) -> None:
+    """Why her producer is down may quote what it wrote (its log's last line, or why it
+    failed in its info file: tests/engine/test_loader_restart_backoff.py), which is hers as her
+    jobs' logs are: `engine status` shows the reason to her and the admins; another member
+    sees that it is down and not restarted, not why. Before, every member's status carried
+    it. (Here her dataset's arguments cannot work: it fails for good at once.)"""
+    st, python, script = station
+    name = "herwords"
+    broken = dataset(name, args={"size": SIZE, "shape": [4], "gd_no_such_argument": 1})
+    st.ok(None, "datasets", datasets=[broken])
+    job, out = run_job(st, python, script, "ada", name)
+    assert job["state"] == "failed", out
+
+    def problem(role: str | None) -> str:
+        [view] = [v for v in st.ok(role, "status")["loaders"] if v["name"] == name]
+        return str(view["problem"])
+
+    why = "it exited with status 4: its settings cannot work"
+    assert problem("ada") == problem("admin") == problem(None) == why
+    others = problem("bob")
+    assert "status 4" not in others and "settings" not in others, others
+    assert "not restarted until its dataset is registered again" in others, others
+    assert "why is shown to its owner and the admins" in others, others
+
+
 # A job reading its loader until it fails, slowly, saying each epoch it read.
 SLOW_READER = textwrap.dedent("""
     import sys, time

@@ -44,7 +44,7 @@ from gpudesk.loader.protocol import (
     recorded_runs,
     recorded_start,
 )
-from gpudesk.loader.restarts import Restarts
+from gpudesk.loader.restarts import RESTART_LIMIT, Restarts
 from gpudesk.loader.station_access import (
     OWNER_BOUND_S,
     Launch,
@@ -58,7 +58,7 @@ from gpudesk.loader.station_access import (
     say_not_started,
     say_restarting,
 )
-from gpudesk.loader.status import STATUS_TIMEOUT_MS, collect
+from gpudesk.loader.status import STATUS_TIMEOUT_MS, collect, cpu_saving
 from gpudesk.paths import Home, UnsafePath, open_state_file
 from gpudesk.spawn import SAFE_CWD
 
@@ -520,12 +520,17 @@ class LoaderSupervisor:
         for name in [n for n in [*self.producers, *self.stopping] if n not in keep]:
             self.stop(name, why)
 
-    def summary(self) -> list[LoaderView]:
+    def summary(self, sees_why: Callable[[int], bool] | None = None) -> list[LoaderView]:
         """Per dataset: the producer's latest status and the CPU sharing saved, for views, the
-        metrics and the run report."""
+        metrics and the run report. `sees_why(uid)`: whether the viewer sees why the producer
+        of a member (by uid) is down (None: every viewer does)."""
         out = []
         for name, producer in sorted({**self.stopped, **self.producers}.items()):
             cpu_s, unshared_cpu_s, saved_cpu_s = cpu_saving(producer.last_status)
+            problem = self.failed.get(name) or producer.restarts.problem
+            owner = producer.owner if self.home.is_system else None
+            if problem and owner is not None and sees_why and not sees_why(owner.uid):
+                problem = self._problem_for_others(name, producer)
             out.append(
                 LoaderView(
                     name=name,
@@ -534,7 +539,7 @@ class LoaderSupervisor:
                     running=name in self.producers,
                     starting=producer.starting,
                     restarts=producer.restarts.total,
-                    problem=self.failed.get(name) or producer.restarts.problem,
+                    problem=problem,
                     status=producer.last_status,
                     cpu_s=cpu_s,
                     unshared_cpu_s=unshared_cpu_s,
@@ -543,14 +548,13 @@ class LoaderSupervisor:
             )
         return out
 
-
-def cpu_saving(status: LoaderStatus | None) -> tuple[float | None, float | None, float | None]:
-    """What loading cost, what it would have cost had every consumer loaded its own batches
-    (the producer's CPU per batch it made, times the batches it handed out), and the
-    difference: CPU seconds, None where the producer has not reported or made no batch yet."""
-    if status is None:
-        return None, None, None
-    if not status.produced:
-        return status.cpu_s, None, None
-    unshared = status.cpu_s * status.delivered_total / status.produced
-    return round(status.cpu_s, 2), round(unshared, 2), round(unshared - status.cpu_s, 2)
+    def _problem_for_others(self, name: str, producer: _Producer) -> str:
+        """Why a member's producer is down, as the other members see it: the engine's own facts
+        only. The reason itself quotes her producer's log (its last line) or her info file (why
+        it failed), which are hers: as her jobs' logs are, they are shown to her and the admins
+        only (docs/shared-station.md, "What is private to each user")."""
+        hidden = "why is shown to its owner and the admins"
+        if name in self.failed:
+            return f"its producer is not restarted until its dataset is registered again ({hidden})"
+        tries = f"{producer.restarts.failing} of {RESTART_LIMIT} at most"
+        return f"its producer is down; restarting it ({tries}; {hidden})"
