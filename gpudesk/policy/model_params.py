@@ -33,8 +33,9 @@ class ModelParams(msgspec.Struct, frozen=True):
     membw_per_sm: float  # a job's bandwidth share per unit of SM share, when it gives none
 
     def with_values(self, values: Mapping[str, float]) -> ModelParams:
-        # PARAM_NAMES, not msgspec.structs.fields(self): that reads the class's annotations
-        # again on every call (~1 ms), and placement asks for pessimistic parameters per pass
+        # PARAM_NAMES, not msgspec.structs.fields(self), which reads the class's annotations
+        # again on every call (43 us against 0.7 here); placement asks for pessimistic
+        # parameters on every pass
         return msgspec.structs.replace(
             self, **{k: float(v) for k, v in values.items() if k in PARAM_NAMES}
         )
