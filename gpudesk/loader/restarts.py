@@ -79,26 +79,31 @@ class Restarts:
         failing, self.failing, self.due_at = self.failing, 0, 0.0
         return failing > 0
 
-    def take(self, now: float, why: str) -> str | None:
+    def take(self, now: float, why: str, told: str | None = None) -> str | None:
         """The producer is down (`why`: it died, or its restart could not be launched) and not
-        `exhausted`: the event's text of a restart now, or None while it waits its delay."""
+        `exhausted`: the event's text of a restart now, or None while it waits its delay.
+        `told`: why, as its consumers are told it (the restart note; None: `why`)."""
         if now < self.due_at:
             return None
         self.failing += 1
         self.total += 1
         self.due_at = now + FIRST_DELAY_S * 2 ** (self.failing - 1)
         self.problem = f"{why}; restarting it ({self.failing} of {RESTART_LIMIT} at most)"
-        self.note = RestartNote(why, self.failing)
+        self.note = RestartNote(told or why, self.failing)
         return f"{why}; restarting it, attempt {self.failing} of {RESTART_LIMIT}"
 
-    def down(self, pid: int | None, process: Popen[bytes] | None, log: Path) -> str:
+    def down(
+        self, pid: int | None, process: Popen[bytes] | None, log: Path, quote: bool = True
+    ) -> str:
         """Why the producer is down: its process `pid` ended (`process`: the engine's child, its
-        exit status known; else adopted), with the last line it wrote to its `log`; no `pid`,
-        its restart was not launched."""
+        exit status known; else adopted), with the last line it wrote to its `log` (`quote`
+        False: where to read it instead); no `pid`, its restart was not launched."""
         if pid is None:
             return f"could not be restarted ({self.launch_failed})"
         line = last_line(log, self.log_from)
         how = ended(process.returncode if process else None)
+        if line and not quote:
+            line = "`gpudesk engine status` shows it to its owner and the admins"
         return f"died (pid {pid}, {how}" + (f"; its log's last line: {line})" if line else ")")
 
     def given_up(self, why: str, log: Path) -> str:

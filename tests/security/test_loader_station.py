@@ -326,6 +326,48 @@ def test_a_members_producer_that_cannot_be_restarted_is_given_up_and_her_job_tol
     started_by_hand_after_the_engine_gave_up(st, python, script, name)
 
 
+@on_station
+@pytest.mark.slow(12)
+def test_her_producers_last_line_stays_out_of_the_word_every_member_may_read(
+    station: tuple[Station, str, Path],
+) -> None:
+    """Her producer dies while her job reads it: the engine restarts it and says so where the
+    waiting consumers look, root's 0644 file in the loaders folder, which any member may read.
+    The engine's own log quotes her producer's last line (and `engine status` shows it to her
+    and the admins); the word says where to read it, not the line. Before, the word quoted it."""
+    from gpudesk.loader.station_access import not_started_path
+    from gpudesk.paths import Home
+
+    st, python, _script = station
+    name = "herline"
+    reader = st.state_dir.parent / "slow_reader_herline.py"
+    reader.write_text(SLOW_READER)
+    reader.chmod(0o644)
+    st.ok(None, "datasets", datasets=[dataset(name)])
+    job = {"name": "reads-herline", "command": [python, str(reader), name], "workdir": "/"}
+    job_id = st.submit("ada", {**job, "dataset": name})
+    output = st.state_dir / "jobs" / str(job_id) / "1" / "output.log"
+    deadline = time.monotonic() + 60
+    while "epoch 0 read" not in _read(output):
+        assert time.monotonic() < deadline, st.job(job_id)
+        time.sleep(0.1)
+    with (st.state_dir / "loaders" / f"{name}.log").open("a") as log:
+        log.write("gd_her_private_line\n")  # as her dataset's code would print it
+    producer_of(st, name).kill()
+    word = not_started_path(Home.system(st.socket, st.state_dir), name)
+    while "restarting" not in (said := _read(word)):
+        assert time.monotonic() < deadline + 30, said
+        time.sleep(0.01)
+    assert word.stat().st_mode & 0o004, "the word is for every member's consumers"
+    pointer = "its log's last line: `gpudesk engine status` shows it to its owner and the admins"
+    assert pointer in said and said.count("its log's last line") == 1, said
+    events = [line for line in st.log.read_text().splitlines() if f"loader {name!r}" in line]
+    [restart] = [line for line in events if "restarting it, attempt 1" in line]
+    assert "its log's last line: " in restart and pointer not in restart, restart
+    st.ok("ada", "cancel", jobs=[job_id], grace=0)
+    st.wait_state(job_id, "cancelled", "failed", "succeeded", timeout=60)
+
+
 # A dataset built only once the test opens its gate (a file): the producer holds its name
 # meanwhile, its info file not yet written.
 GATED = textwrap.dedent("""

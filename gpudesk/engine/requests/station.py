@@ -107,8 +107,7 @@ class StationRequests(Requests):
                 total=view.gpu_count, busy=len(view.busy_gpus), lost=len(view.lost_gpus)
             ),
             counts=self._counts(),
-            # why a member's producer is down quotes her producer's log: hers and the admins'
-            loaders=parts.loaders.summary(partial(self._sees_secrets, caller)),
+            loaders=parts.loaders.summary(partial(self._sees_secrets, caller)),  # `sees_why`
             users=self._user_shares(),
             station_changes=[
                 event.view()

@@ -373,15 +373,18 @@ class LoaderSupervisor:
         restarts, name = producer.restarts, producer.spec.name
         if producer.pid is None and not restarts.failing:
             return  # never started (`_spawn` said why): a job needing it tries again
-        why = restarts.down(producer.pid, producer.process, self.home.loader_log(name))
+        log = self.home.loader_log(name)
+        why = restarts.down(producer.pid, producer.process, log)
+        # her producer's words stay out of its consumers' word: a file any member may read
+        told = restarts.down(producer.pid, producer.process, log, quote=not self.home.is_system)
         if restarts.exhausted:
-            self.failed[name] = reason = restarts.given_up(why, self.home.loader_log(name))
+            self.failed[name] = reason = restarts.given_up(why, log)
             # reported as not running from now on, not from the next tick: a status between
             # them said "running" beside "not restarted"
             self.stopped[name] = self.producers.pop(name)
             self.events.append(f"shared loader {name!r} given up: {reason}")
-            say_not_started(self.home, name, reason, given_up=True)  # its consumers stop waiting
-        elif said := restarts.take(now, why):
+            say_not_started(self.home, name, restarts.given_up(told, log), given_up=True)
+        elif said := restarts.take(now, why, told):
             self.events.append(f"shared loader {name!r} {said} — its consumers resume")
             self._start(producer)  # which clears the engine's word first: then the note
             say_restarting(self.home, name, restarts.note)  # waiting consumers say it
@@ -549,10 +552,9 @@ class LoaderSupervisor:
         return out
 
     def _problem_for_others(self, name: str, producer: _Producer) -> str:
-        """Why a member's producer is down, as the other members see it: the engine's own facts
-        only. The reason itself quotes her producer's log (its last line) or her info file (why
-        it failed), which are hers: as her jobs' logs are, they are shown to her and the admins
-        only (docs/shared-station.md, "What is private to each user")."""
+        """Why a member's producer is down, as the other members see it: the engine's facts
+        only. The reason quotes her producer's log or info file, hers as her jobs' logs are
+        (docs/shared-station.md, "What is private to each user")."""
         hidden = "why is shown to its owner and the admins"
         if name in self.failed:
             return f"its producer is not restarted until its dataset is registered again ({hidden})"
