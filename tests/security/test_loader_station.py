@@ -273,6 +273,23 @@ SLOW_READER = textwrap.dedent("""
 """)
 
 
+def slow_reader_of(st: Station, python: str, name: str) -> tuple[int, Path]:
+    """Dataset `name` registered, and ada's job reading it slowly (SLOW_READER) once it has
+    read its first epoch: (its id, its output log)."""
+    reader = st.state_dir.parent / f"slow_reader_{name}.py"
+    reader.write_text(SLOW_READER)
+    reader.chmod(0o644)
+    st.ok(None, "datasets", datasets=[dataset(name)])
+    job = {"name": f"reads-{name}", "command": [python, str(reader), name], "workdir": "/"}
+    job_id = st.submit("ada", {**job, "dataset": name})
+    output = st.state_dir / "jobs" / str(job_id) / "1" / "output.log"
+    deadline = time.monotonic() + 60
+    while "epoch 0 read" not in _read(output):
+        assert time.monotonic() < deadline, st.job(job_id)
+        time.sleep(0.1)
+    return job_id, output
+
+
 @on_station
 @pytest.mark.slow(20)
 def test_a_members_producer_that_cannot_be_restarted_is_given_up_and_her_job_told(
@@ -289,17 +306,7 @@ def test_a_members_producer_that_cannot_be_restarted_is_given_up_and_her_job_tol
 
     st, python, script = station
     name = "givenup"
-    reader = st.state_dir.parent / "slow_reader.py"
-    reader.write_text(SLOW_READER)
-    reader.chmod(0o644)
-    st.ok(None, "datasets", datasets=[dataset(name)])
-    job = {"name": "reads", "command": [python, str(reader), name], "workdir": "/"}
-    job_id = st.submit("ada", {**job, "dataset": name})
-    output = st.state_dir / "jobs" / str(job_id) / "1" / "output.log"
-    deadline = time.monotonic() + 60
-    while not output.exists() or "epoch 0 read" not in output.read_text(errors="replace"):
-        assert time.monotonic() < deadline, st.job(job_id)
-        time.sleep(0.1)
+    job_id, output = slow_reader_of(st, python, name)
     log = st.state_dir / "loaders" / f"{name}.log"
     log.unlink()
     log.symlink_to(os.devnull)
@@ -340,23 +347,14 @@ def test_her_producers_last_line_stays_out_of_the_word_every_member_may_read(
 
     st, python, _script = station
     name = "herline"
-    reader = st.state_dir.parent / "slow_reader_herline.py"
-    reader.write_text(SLOW_READER)
-    reader.chmod(0o644)
-    st.ok(None, "datasets", datasets=[dataset(name)])
-    job = {"name": "reads-herline", "command": [python, str(reader), name], "workdir": "/"}
-    job_id = st.submit("ada", {**job, "dataset": name})
-    output = st.state_dir / "jobs" / str(job_id) / "1" / "output.log"
-    deadline = time.monotonic() + 60
-    while "epoch 0 read" not in _read(output):
-        assert time.monotonic() < deadline, st.job(job_id)
-        time.sleep(0.1)
+    job_id, _output = slow_reader_of(st, python, name)
+    deadline = time.monotonic() + 30
     with (st.state_dir / "loaders" / f"{name}.log").open("a") as log:
         log.write("gd_her_private_line\n")  # as her dataset's code would print it
     producer_of(st, name).kill()
     word = not_started_path(Home.system(st.socket, st.state_dir), name)
     while "restarting" not in (said := _read(word)):
-        assert time.monotonic() < deadline + 30, said
+        assert time.monotonic() < deadline, said
         time.sleep(0.01)
     assert word.stat().st_mode & 0o004, "the word is for every member's consumers"
     pointer = "its log's last line: `gpudesk engine status` shows it to its owner and the admins"
