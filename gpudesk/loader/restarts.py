@@ -92,19 +92,33 @@ class Restarts:
         self.note = RestartNote(told or why, self.failing)
         return f"{why}; restarting it, attempt {self.failing} of {RESTART_LIMIT}"
 
-    def down(
-        self, pid: int | None, process: Popen[bytes] | None, log: Path, quote: bool = True
-    ) -> str:
+    def down(self, pid: int | None, process: Popen[bytes] | None, log: Path) -> str:
         """Why the producer is down: its process `pid` ended (`process`: the engine's child, its
-        exit status known; else adopted), with the last line it wrote to its `log` (`quote`
-        False: where to read it instead); no `pid`, its restart was not launched."""
+        exit status known; else adopted), with the last line it wrote to its `log`; no `pid`,
+        its restart was not launched."""
+        return self.down_told(pid, process, log, shared=False)[0]
+
+    def down_told(
+        self, pid: int | None, process: Popen[bytes] | None, log: Path, shared: bool
+    ) -> tuple[str, str]:
+        """`down`, and as the consumers are told it: in a file every member may read where
+        `shared` (a station's), which says where to read the line rather than quote it (her
+        producer's words are hers, as her jobs' logs are). The log is read once for both."""
         if pid is None:
-            return f"could not be restarted ({self.launch_failed})"
+            why = f"could not be restarted ({self.launch_failed})"
+            return why, why
         line = last_line(log, self.log_from)
         how = ended(process.returncode if process else None)
-        if line and not quote:
-            line = "`gpudesk engine status` shows it to its owner and the admins"
-        return f"died (pid {pid}, {how}" + (f"; its log's last line: {line})" if line else ")")
+
+        def said(quoted: str | None) -> str:
+            return f"died (pid {pid}, {how}" + (
+                f"; its log's last line: {quoted})" if quoted else ")"
+            )
+
+        why = said(line)
+        if not (shared and line):
+            return why, why
+        return why, said("`gpudesk engine status` shows it to its owner and the admins")
 
     def given_up(self, why: str, log: Path) -> str:
         """Why the engine starts it no more (`why`: how it is down), for its consumers; the

@@ -374,9 +374,8 @@ class LoaderSupervisor:
         if producer.pid is None and not restarts.failing:
             return  # never started (`_spawn` said why): a job needing it tries again
         log = self.home.loader_log(name)
-        why = restarts.down(producer.pid, producer.process, log)
-        # her producer's words stay out of its consumers' word: a file any member may read
-        told = restarts.down(producer.pid, producer.process, log, quote=not self.home.is_system)
+        # what its consumers are told is in a file any member of a station may read
+        why, told = restarts.down_told(producer.pid, producer.process, log, self.home.is_system)
         if restarts.exhausted:
             self.failed[name] = reason = restarts.given_up(why, log)
             # reported as not running from now on, not from the next tick: a status between
