@@ -68,15 +68,8 @@ def since(ts: float | None, now: float | None = None) -> str:
     return time.strftime("%H:%M", time.localtime(ts))
 
 
-def energy(usage: dict | None) -> str:
-    """A job's total energy for a table cell: "~" marks an estimate, "-" nothing measured."""
-    if not usage:
-        return "-"
-    return energy_cell(usage.get("total_j"), bool(usage.get("estimate")))
-
-
 def energy_cell(total_j: float | None, estimate: bool) -> str:
-    """`energy` from the figures themselves (a model's `usage.total_j`, `usage.estimate`)."""
+    """A job's total energy for a table cell: "~" marks an estimate, "-" nothing measured."""
     if total_j is None:
         return "-"
     return ("~" if estimate else "") + watt_hours(total_j)

@@ -11,11 +11,14 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudesk.api.connection import engine_pid
 from gpudesk.api.errors import EngineError
 from gpudesk.paths import Home, HomeError
+
+if TYPE_CHECKING:
+    from gpudesk.api.models import Snapshot
 
 FIRST_SAMPLE_WAIT_S = 3.0  # an engine that just started has no sample yet
 ASK_TIMEOUT_S = 2.0  # an engine that holds a request longer is not answering
@@ -93,12 +96,11 @@ def engine_status(home: Home) -> EngineSummary | None:
     )
 
 
-def engine_view(home: Home, wait: bool) -> tuple[dict[str, Any] | None, EngineSummary | None]:
-    """The engine's latest sample as the wire carries it (the shape the direct sampler gives
+def engine_view(home: Home, wait: bool) -> tuple[Snapshot | None, EngineSummary | None]:
+    """The engine's latest sample as the wire carries it (the type the direct sampler gives
     too), waiting up to FIRST_SAMPLE_WAIT_S for an engine that has none yet where `wait`, and
     its state then; (None, state) when it has no sample, (None, None) when it is gone."""
     from gpudesk.api.client import Client
-    from gpudesk.api.models import to_builtins
 
     deadline = time.monotonic() + (FIRST_SAMPLE_WAIT_S if wait else 0.0)
     try:
@@ -114,7 +116,7 @@ def engine_view(home: Home, wait: bool) -> tuple[dict[str, Any] | None, EngineSu
         return None, None if pid is None else EngineSummary(pid, error=str(exc))
     if snapshot is None:
         return None, _status_or_none(home)
-    return to_builtins(snapshot), _status_or_none(home)
+    return snapshot, _status_or_none(home)
 
 
 def _pid_or_none(home: Home) -> int | None:

@@ -12,10 +12,10 @@ readings 0.12 s apart. A top left open asks again whether an engine answers, eve
 again once one does: top started before the engine, or the engine restarted or paused, comes
 back to it as htop and nvitop users expect.
 
-A frame is drawn from the view `--json` prints: the snapshot as the wire carries it (the direct
-sampler makes the same shape), with `engine` from `EngineSummary` and `jobs_known` false where
-the jobs shown are not known to be all (sampled directly in a home where an engine has run:
-its jobs run on without it).
+A frame is drawn from a `TopView`, which is also what `--json` prints: the snapshot as the wire
+carries it (the direct sampler makes the same `Snapshot`), with `engine` from `EngineSummary`
+and `jobs_known` false where the jobs shown are not known to be all (sampled directly in a home
+where an engine has run: its jobs run on without it).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import sys
 import textwrap
 import time
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpudesk import render
 from gpudesk.api.connection import who_starts
@@ -47,6 +47,10 @@ from gpudesk.paths import Home
 from gpudesk.text import json_text
 from gpudesk.units import MIB_PER_GIB, watt_hours
 
+if TYPE_CHECKING:
+    from gpudesk.api.models import GpuView, JobTelemetry, ProcessView, Snapshot
+    from gpudesk.hw.telemetry.monitor import Monitor
+
 DIRECT_WINDOW_S = 0.12  # GPM (>= 0.1 s apart), CPU % and energy all need two readings
 GIB = MIB_PER_GIB
 WIDTH = 80  # a frame into a pipe or a file, without $COLUMNS
@@ -59,7 +63,7 @@ class Source:
 
     home: Home
     engine: EngineSummary | None = None
-    monitor: Any = None  # telemetry.monitor.Monitor when sampling directly
+    monitor: Monitor | None = None  # when sampling directly
     note: str | None = None  # of the backend sampled directly
     engine_note: str | None = None  # why the engine's view is not shown
     explicit: bool = False  # the backend sampled directly was named, not found by `auto`
@@ -69,6 +73,35 @@ class Source:
     def close(self) -> None:
         if self.monitor is not None:
             self.monitor.close()
+
+
+@dataclass(frozen=True)
+class TopView:
+    """One frame's station: its snapshot and what top says around it."""
+
+    snapshot: Snapshot
+    source: str  # "engine": the engine's sampler; "direct": top sampled the station itself
+    engine: EngineSummary | None
+    note: str | None  # why top samples directly, a backend's problem: shown under the header
+    jobs_known: bool = True  # the jobs shown are all that run (see the module's docstring)
+    # GPUs whose MIG mode a direct simulator cannot know (_simulated_mig_unknown)
+    mig_unknown: frozenset[int] = frozenset()
+
+    def to_json(self) -> dict[str, Any]:
+        """`top --json`: the snapshot's fields, then top's own."""
+        from gpudesk.api.models import to_builtins
+
+        view: dict[str, Any] = to_builtins(self.snapshot)
+        for gpu in view["gpus"]:
+            if gpu["index"] in self.mig_unknown:
+                gpu["mig_enabled"], gpu["mig_unknown"] = None, True
+        view.update(
+            source=self.source,
+            engine=None if self.engine is None else self.engine.to_json(),
+            note=self.note,
+            jobs_known=self.jobs_known,
+        )
+        return view
 
 
 def open_source(home: Home, env: dict[str, str] | None = None) -> Source:
@@ -159,8 +192,8 @@ def _check_backend(source: Source) -> None:
         )
 
 
-def take_view(source: Source, *, fresh: bool = False) -> dict[str, Any]:
-    """One station view (the `--json` contract). `fresh` (the first frame) gives a direct
+def take_view(source: Source, *, fresh: bool = False) -> TopView:
+    """One station view (`--json` prints it). `fresh` (the first frame) gives a direct
     monitor its two readings and waits for an engine's first sample; later frames sampled
     directly take the engine's view again once the engine answers (EngineProbe)."""
     if source.monitor is None:
@@ -177,23 +210,22 @@ def take_view(source: Source, *, fresh: bool = False) -> dict[str, Any]:
     if fresh or monitor.latest is None:
         monitor.ingest(monitor.collect())
         time.sleep(DIRECT_WINDOW_S)
-    view = dict(monitor.ingest(monitor.collect()))
-    engine = None if source.engine is None else source.engine.to_json()
+    snapshot = monitor.ingest(monitor.collect())
     note = "; ".join(filter(None, [source.engine_note, source.note])) or None
-    view.update({"source": "direct", "engine": engine, "note": note, "interval_s": None})
     from gpudesk.cli.no_engine import never_ran
 
     # where no engine has run there are no gpudesk jobs; where one has, they run on without
     # it, and a station's members' always may (its state folder is not the client's to look in)
-    view["jobs_known"] = not source.home.is_system and never_ran(source.home)
+    jobs_known = not source.home.is_system and never_ran(source.home)
     # nothing has given the simulated GPUs a MIG layout there either: the direct simulator's
     # whole GPUs are what there is
-    if view["simulated"] and not view["jobs_known"]:
-        _simulated_mig_unknown(view)
-    return view
+    unknown = _simulated_mig_unknown(snapshot) if not jobs_known else frozenset()
+    if unknown:
+        note = "; ".join(filter(None, [note, SIMULATED_MIG_UNKNOWN]))
+    return TopView(snapshot, "direct", source.engine, note, jobs_known, unknown)
 
 
-def _engine_again(source: Source) -> dict[str, Any] | None:
+def _engine_again(source: Source) -> TopView | None:
     """The engine's view once a probe finds it answering (and watching what was asked for)."""
     if source.probe is None:
         source.probe = EngineProbe(source.home)
@@ -206,7 +238,8 @@ def _engine_again(source: Source) -> dict[str, Any] | None:
     if state is not None and state.watches(source.requested):
         view = _from_engine(source, wait=False)
         if view is not None:
-            source.monitor.close()
+            if source.monitor is not None:
+                source.monitor.close()
             source.monitor, source.engine_note = None, None
             return view
     source.engine_note = _engine_note(source.home, source.engine, source.requested, lost)
@@ -220,42 +253,32 @@ SIMULATED_MIG_UNKNOWN = (
 )
 
 
-def _simulated_mig_unknown(view: dict[str, Any]) -> None:
+def _simulated_mig_unknown(snapshot: Snapshot) -> frozenset[int]:
     """A simulated station sampled directly where an engine has run: its MIG layout lives in
     that engine's store (the station's `mig` setting), which only the engine reads, so what a
-    direct simulator shows (no MIG anywhere) is not known to be so. A MIG-capable GPU's
-    `mig_enabled` is then null, marked `mig_unknown`, and the note says why."""
-    unknown = False
-    for gpu in view["gpus"]:
-        if gpu.get("mig_enabled") is False:
-            gpu["mig_enabled"], gpu["mig_unknown"] = None, True
-            unknown = True
-    if unknown:
-        view["note"] = "; ".join(filter(None, [view.get("note"), SIMULATED_MIG_UNKNOWN]))
+    direct simulator shows (no MIG anywhere) is not known to be so. The MIG-capable GPUs
+    (`mig_enabled` false, not None): `--json` gives them `mig_enabled` null and `mig_unknown`,
+    and the note says why."""
+    if not snapshot.simulated:
+        return frozenset()
+    return frozenset(g.index for g in snapshot.gpus if g.mig_enabled is False)
 
 
-def _direct_monitor() -> Any:
+def _direct_monitor() -> Monitor:
     from gpudesk.hw.telemetry.backend import make_backend
     from gpudesk.hw.telemetry.monitor import Monitor
 
     return Monitor(make_backend(StationConfig().with_env_override().backend))
 
 
-def _from_engine(source: Source, wait: bool) -> dict[str, Any] | None:
+def _from_engine(source: Source, wait: bool) -> TopView | None:
     """The engine's view, None where it has none to give (`source.engine` says why)."""
     snapshot, state = engine_view(source.home, wait)
     if snapshot is None:
         source.engine = state
         return None
     source.engine = state or source.engine
-    engine = None if source.engine is None else source.engine.to_json()
-    return {
-        **snapshot,
-        "source": "engine",
-        "engine": engine,
-        "note": source.note,
-        "jobs_known": True,
-    }
+    return TopView(snapshot, "engine", source.engine, source.note)
 
 
 # ---------------------------------------------------------------- rendering
@@ -270,139 +293,133 @@ def _bar(fraction: float | None, width: int) -> str:
     return "[" + "|" * filled + " " * (width - filled) + "]"
 
 
-def _header(view: dict[str, Any], width: int = WIDTH) -> list[str]:
-    engine = view.get("engine")
+def _header(view: TopView, width: int = WIDTH) -> list[str]:
+    engine, snapshot = view.engine, view.snapshot
     if engine is None:
         state = "engine not running"
-    elif "error" in engine:
-        state = f"engine pid {engine['pid']} not answering"
+    elif engine.error is not None:
+        state = f"engine pid {engine.pid} not answering"
     else:
-        gpus = (
-            f"GPUs {engine['gpus_busy']}/{engine['gpus_total']}, " if engine["gpus_total"] else ""
-        )
+        gpus = f"GPUs {engine.gpus_busy}/{engine.gpus_total}, " if engine.gpus_total else ""
         state = (
-            f"engine pid {engine['pid']}, {engine['policy']}, {gpus}CPU slots "
-            f"{engine['slots_busy']}/{engine['slots_total']}, {engine['queued']} queued"
+            f"engine pid {engine.pid}, {engine.policy}, {gpus}CPU slots "
+            f"{engine.slots_busy}/{engine.slots_total}, {engine.queued} queued"
         )
-    clock = time.strftime("%H:%M:%S", time.localtime(view["taken_at"]))
+    clock = time.strftime("%H:%M:%S", time.localtime(snapshot.taken_at))
     # the label before what a narrow terminal cuts (the clock, the backend's name)
-    label = "SIMULATED  " if view["simulated"] else ""
-    lines = [f"gpudesk top  {label}{clock}  backend {view['backend']}", state]
-    drained = (engine or {}).get("drained")
-    if drained:
-        lines.append(f"DRAINED: the station is {drained}; no job starts until undrained")
-    for text in (view.get("banner"), view.get("note")):
+    label = "SIMULATED  " if snapshot.simulated else ""
+    lines = [f"gpudesk top  {label}{clock}  backend {snapshot.backend}", state]
+    if engine is not None and engine.drained:
+        lines.append(f"DRAINED: the station is {engine.drained}; no job starts until undrained")
+    for text in (snapshot.banner, view.note):
         if text:
             wrap = max(20, width)  # narrower is cut (render_frame) rather than a word a line
             lines.extend(textwrap.wrap(text, wrap, initial_indent="!! ", subsequent_indent="   "))
-    host = view["host"]
-    used, total = host["memory_used_mib"] / GIB, host["memory_total_mib"] / GIB
+    host = snapshot.host
+    used, total = host.memory_used_mib / GIB, host.memory_total_mib / GIB
+    cpu = host.cpu_pct
     lines.append(
-        f"CPU {_bar(host['cpu_pct'] / 100, 16)} {host['cpu_pct']:3.0f}% of {host['cores']}  "
-        f"MEM {_bar(used / total if total else 0, 10)} {used:.1f}/{total:.0f} GiB  "
-        f"load {host['load_avg'][0]:.2f}"
+        f"CPU {_bar(None if cpu is None else cpu / 100, 16)} {_na(cpu, '{:3.0f}', '%')} of "
+        f"{host.cores}  MEM {_bar(used / total if total else 0, 10)} {used:.1f}/{total:.0f} GiB"
+        f"  load {host.load_avg[0]:.2f}"
     )
-    cpu_energy = host.get("cpu_energy_j")
-    if cpu_energy is not None:  # a line of its own: the host line has no room for "since"
-        lines.append(f"CPU energy {watt_hours(cpu_energy)} {_since(view)} (RAPL)")
+    if host.cpu_energy_j is not None:  # a line of its own: the host line has no room for "since"
+        lines.append(f"CPU energy {watt_hours(host.cpu_energy_j)} {_since(snapshot)} (RAPL)")
     return lines
 
 
-def _since(view: dict[str, Any]) -> str:
+def _since(snapshot: Snapshot) -> str:
     """Since when the energy counters shown count: the engine's sampler, or top's own when it
     samples directly (both give `sampling_since`)."""
-    began = render.since(view.get("sampling_since"), view["taken_at"])
+    began = render.since(snapshot.sampling_since, snapshot.taken_at)
     return f"since {began}" if began else "since sampling began"
 
 
 def _gpu_block(
-    gpu: dict[str, Any], simulated: bool, jobs: dict[int, dict[str, Any]], since: str
+    gpu: GpuView, simulated: bool, jobs: dict[int, JobTelemetry], since: str, mig_unknown: bool
 ) -> list[str]:
     tag = " (SIMULATED)" if simulated else ""  # before the name, which a narrow terminal cuts
-    if gpu["lost"]:
-        return [f"GPU {gpu['index']}{tag}  {gpu['name'] or '?'}  LOST: fell off the bus"]
-    temp = _na(gpu["temperature_c"], unit="C")
-    clock = _na(gpu["sm_clock_mhz"], unit=" MHz")
-    title = f"GPU {gpu['index']}{tag}  {gpu['name'] or '?'}"
+    if gpu.lost:
+        return [f"GPU {gpu.index}{tag}  {gpu.name or '?'}  LOST: fell off the bus"]
+    temp = _na(gpu.temperature_c, unit="C")
+    clock = _na(gpu.sm_clock_mhz, unit=" MHz")
+    title = f"GPU {gpu.index}{tag}  {gpu.name or '?'}"
     lines = [f"{title}  {temp}  {clock}".rstrip()]
-    sm = gpu["sm_activity_pct"]
-    power, limit = gpu["power_w"], gpu["power_limit_w"]
+    sm = gpu.sm_activity_pct
+    power, limit = gpu.power_w, gpu.power_limit_w
     power_text = (
         _na(power, unit=" W") if limit is None or power is None else f"{power:.0f}/{limit:.0f} W"
     )
     lines.append(
         f"  SM  {_bar(None if sm is None else sm / 100, BAR)} {_na(sm, unit='%'):>4}  "
-        f"kernel-active {_na(gpu['kernel_active_pct'], unit='%'):>4}  "
+        f"kernel-active {_na(gpu.kernel_active_pct, unit='%'):>4}  "
         f"power {power_text}"
     )
-    used, total = gpu["memory_used_mib"], gpu["memory_total_mib"]
+    used, total = gpu.memory_used_mib, gpu.memory_total_mib
     fraction = used / total if used is not None and total else None
     memory = "n/a" if used is None or total is None else f"{used / GIB:.1f}/{total / GIB:.1f} GiB"
-    source = {"counter": "", "integrated": " (integrated)"}.get(gpu["energy_source"] or "", "")
+    source = {"counter": "", "integrated": " (integrated)"}.get(gpu.energy_source or "", "")
     lines.append(
-        f"  MEM {_bar(fraction, BAR)} {memory:<13}  energy {watt_hours(gpu['energy_j'])} "
+        f"  MEM {_bar(fraction, BAR)} {memory:<13}  energy {watt_hours(gpu.energy_j)} "
         f"{since}{source}"
     )
-    pending = render.mig_pending(
-        gpu["index"], gpu.get("mig_enabled"), gpu.get("mig_pending"), advice=False
-    )
+    mig_enabled = None if mig_unknown else gpu.mig_enabled
+    pending = render.mig_pending(gpu.index, mig_enabled, gpu.mig_pending, advice=False)
     if pending is not None:  # one line that fits 80 columns: `mig list` gives the advice
         lines.append(f"  {pending} (`gpudesk mig list` says what applies it)")
-    if gpu.get("mig_unknown"):
+    if mig_unknown:
         lines.append("  MIG mode unknown without the engine (see the note above)")
-    elif gpu.get("mig_enabled") and not gpu["mig_devices"]:
+    elif gpu.mig_enabled and not gpu.mig_devices:
         lines.append("  MIG enabled, no MIG devices: no job runs on it (gpudesk mig list)")
-    for mig in gpu["mig_devices"]:
+    for mig in gpu.mig_devices:
         mem = (
             "n/a"
-            if mig["memory_used_mib"] is None or mig["memory_total_mib"] is None
-            else f"{mig['memory_used_mib'] / GIB:.1f}/{mig['memory_total_mib'] / GIB:.1f} GiB"
+            if mig.memory_used_mib is None or mig.memory_total_mib is None
+            else f"{mig.memory_used_mib / GIB:.1f}/{mig.memory_total_mib / GIB:.1f} GiB"
         )
-        users = ", ".join(_process_label(p, short=True) for p in mig["processes"]) or "idle"
+        users = ", ".join(_process_label(p, short=True) for p in mig.processes) or "idle"
         lines.append(
-            f"  MIG {mig['index']} {mig['name'] or '?'}  GI {mig['gpu_instance_id']} "
-            f"CI {mig['compute_instance_id']}  {mem}  {users}"
+            f"  MIG {mig.index} {mig.name or '?'}  GI {mig.gpu_instance_id} "
+            f"CI {mig.compute_instance_id}  {mem}  {users}"
         )
-    holders = [jobs[j] for j in gpu["jobs"] if j in jobs]
-    others = [p for p in gpu["processes"] if p["job_id"] is None]
-    servers = [p for p in others if p.get("mps") == "server"]
+    holders = [jobs[j] for j in gpu.jobs if j in jobs]
+    others = [p for p in gpu.processes if p.job_id is None]
+    servers = [p for p in others if p.mps_server]
     if holders or servers:
-        parts = [
-            f"{j['id']} {j['name']}{' (SUSPENDED)' if j.get('suspended') else ''}" for j in holders
-        ]
+        parts = [f"{j.id} {j.name}{' (SUSPENDED)' if j.suspended else ''}" for j in holders]
         parts += [_process_label(p) for p in servers]
         lines.append("  jobs: " + ", ".join(parts))
     # a process outside gpudesk's jobs, each on a line of its own: whose, how much, what
-    lines += [f"  {_process_label(p)}" for p in others if p.get("mps") != "server"]
+    lines += [f"  {_process_label(p)}" for p in others if not p.mps_server]
     return lines
 
 
-def _process_label(process: dict[str, Any], short: bool = False) -> str:
+def _process_label(process: ProcessView, short: bool = False) -> str:
     """A GPU process in a list of a GPU's users: its job, the MPS server, or a process outside
     gpudesk: its pid, owner, GPU memory, SM share and command, as nvitop shows one (`short`, in
     a MIG device's line: its pid and owner; the GPU's own lines have the rest)."""
-    if process["job_id"] is not None:
-        return str(process["job_id"])
-    if process.get("mps") == "server":
-        return f"MPS server (pid {process['pid']})"
+    if process.job_id is not None:
+        return str(process.job_id)
+    if process.mps_server:
+        return f"MPS server (pid {process.pid})"
     if short:
-        owner = f" ({process['user']})" if process.get("user") else ""
-        return f"pid {process['pid']}{owner}"
+        owner = f" ({process.user})" if process.user else ""
+        return f"pid {process.pid}{owner}"
     return "not gpudesk: " + foreign_label(process)
 
 
-def foreign_label(process: dict[str, Any]) -> str:
+def foreign_label(process: ProcessView) -> str:
     """`pid 4242 bob 3.2 GiB SM 40% python train.py`: what is known of a process outside
     gpudesk's jobs (each part left out where unknown)."""
-    parts = [f"pid {process['pid']}"]
-    if process.get("user"):
-        parts.append(str(process["user"]))
-    if process.get("used_memory_mib") is not None:
-        parts.append(f"{process['used_memory_mib'] / GIB:.1f} GiB")
-    if process.get("sm_pct") is not None:
-        parts.append(f"SM {process['sm_pct']:.0f}%")
-    if process.get("command"):
-        parts.append(str(process["command"]))
+    parts = [f"pid {process.pid}"]
+    if process.user:
+        parts.append(process.user)
+    if process.used_memory_mib is not None:
+        parts.append(f"{process.used_memory_mib / GIB:.1f} GiB")
+    if process.sm_pct is not None:
+        parts.append(f"SM {process.sm_pct:.0f}%")
+    if process.command:
+        parts.append(process.command)
     return " ".join(parts)
 
 
@@ -411,7 +428,7 @@ JOBS_UNKNOWN = "running jobs: unknown without the engine (its jobs run on withou
 
 
 def render_frame(
-    view: dict[str, Any],
+    view: TopView,
     width: int = WIDTH,
     encoding: str | None = None,
     rows: int | None = None,
@@ -419,18 +436,24 @@ def render_frame(
     """The frame in `width` columns, and in `rows` lines where given (top_frame.fit_rows); in
     `encoding`'s characters where one is given (each it lacks replaced before the lines are
     cut: a stand-in may be wider, `…` is `...`)."""
-    jobs = {job["id"]: job for job in view["jobs"]}
-    since = _since(view)
-    if view["gpus"]:
-        blocks = [_gpu_block(gpu, view["simulated"], jobs, since) for gpu in view["gpus"]]
-        lines = [[_gpu_line(gpu)] for gpu in view["gpus"]]
+    snapshot = view.snapshot
+    jobs = {job.id: job for job in snapshot.jobs}
+    since = _since(snapshot)
+    if snapshot.gpus:
+        blocks = [
+            _gpu_block(gpu, snapshot.simulated, jobs, since, gpu.index in view.mig_unknown)
+            for gpu in snapshot.gpus
+        ]
+        lines = [[_gpu_line(gpu)] for gpu in snapshot.gpus]
     else:
-        none = "GPUs: none on this station" if view["backend"] == "none" else "GPUs: none answering"
+        none = (
+            "GPUs: none on this station" if snapshot.backend == "none" else "GPUs: none answering"
+        )
         blocks = lines = [[none]]
-    if view["jobs"]:
-        table = _jobs_table(view["jobs"], width).splitlines()
+    if snapshot.jobs:
+        table = _jobs_table(snapshot.jobs, width).splitlines()
     else:
-        table = ["no running jobs" if view.get("jobs_known", True) else JOBS_UNKNOWN]
+        table = ["no running jobs" if view.jobs_known else JOBS_UNKNOWN]
     header = _fitted(_header(view, width), width, encoding)
     frame = fit_rows(
         header,
@@ -450,46 +473,46 @@ def _fitted(lines: list[str], width: int, encoding: str | None) -> list[str]:
     return [render.clip(line, width) for line in text.splitlines()]
 
 
-def _gpu_line(gpu: dict[str, Any]) -> str:
+def _gpu_line(gpu: GpuView) -> str:
     """A GPU in one line, where its block does not fit the window: SM, memory, power, jobs."""
-    if gpu["lost"]:
-        return f"GPU {gpu['index']}  LOST: fell off the bus"
-    sm = gpu["sm_activity_pct"]
-    used, total = gpu["memory_used_mib"], gpu["memory_total_mib"]
+    if gpu.lost:
+        return f"GPU {gpu.index}  LOST: fell off the bus"
+    sm = gpu.sm_activity_pct
+    used, total = gpu.memory_used_mib, gpu.memory_total_mib
     fraction = used / total if used is not None and total else None
     memory = "n/a" if used is None or total is None else f"{used / GIB:.1f}/{total / GIB:.0f}G"
-    held = ",".join(str(job) for job in gpu["jobs"])
+    held = ",".join(str(job) for job in gpu.jobs)
     return (
-        f"GPU {gpu['index']}  SM {_bar(None if sm is None else sm / 100, 8)} "
+        f"GPU {gpu.index}  SM {_bar(None if sm is None else sm / 100, 8)} "
         f"{_na(sm, unit='%'):>4}  MEM {_bar(fraction, 8)} {memory:<10} "
-        f"{_na(gpu['power_w'], unit=' W'):>6}" + (f"  jobs {held}" if held else "")
+        f"{_na(gpu.power_w, unit=' W'):>6}" + (f"  jobs {held}" if held else "")
     )
 
 
-def _jobs_table(jobs: list[dict[str, Any]], width: int) -> str:
+def _jobs_table(jobs: list[JobTelemetry], width: int) -> str:
     """The running jobs, one line each, in `width` columns: the user and the name give way
     first (clipped), then whole columns (CPU, RSS, ENERGY, GPU MEM, USER, TIME); ID, NAME,
     SLOT and a STATE stay. The STATE column is there while a job is suspended (`gpudesk
     suspend`: stopped, its GPUs held): SUSPENDED or running."""
-    stopped = any(job.get("suspended") for job in jobs)
+    stopped = any(job.suspended for job in jobs)
     rows = []
     for job in jobs:
-        cpu = "-" if job["cpu_pct"] is None else f"{job['cpu_pct']:.0f}%"
-        rss = "-" if job["rss_mib"] is None else f"{job['rss_mib']:.0f}M"
-        gpu_mem = "-" if job["gpu_memory_mib"] is None else f"{job['gpu_memory_mib']:.0f}M"
-        state = ["SUSPENDED" if job.get("suspended") else "running"] if stopped else []
+        cpu = "-" if job.cpu_pct is None else f"{job.cpu_pct:.0f}%"
+        rss = "-" if job.rss_mib is None else f"{job.rss_mib:.0f}M"
+        gpu_mem = "-" if job.gpu_memory_mib is None else f"{job.gpu_memory_mib:.0f}M"
+        state = ["SUSPENDED" if job.suspended else "running"] if stopped else []
         rows.append(
             (
-                job["id"],
-                job.get("user") or "-",  # the direct sampler (no engine) knows no owner
-                job["name"],
+                job.id,
+                job.user or "-",  # the direct sampler (no engine) knows no owner
+                job.name,
                 *state,
-                job["slot"] or "-",
-                render.duration(job["runtime_s"]),
+                job.slot or "-",
+                render.duration(job.runtime_s),
                 cpu,
                 rss,
                 gpu_mem,
-                render.energy(job["energy"]),
+                render.energy_cell(job.energy.total_j, job.energy.estimate),
             )
         )
     headers = ("ID", "USER", "NAME", *(["STATE"] if stopped else []), "SLOT")
@@ -554,7 +577,7 @@ def _show(
         _check_station(source)
         _check_backend(source)
         if as_json:
-            print(json_text(view, indent=2), file=out)
+            print(json_text(view.to_json(), indent=2), file=out)
         else:
             # every line, even on a terminal: one frame left in the scrollback, as `top -b -n 1`
             print(render_frame(view, window(False, WIDTH)[0], encoding), file=out)

@@ -302,7 +302,7 @@ class Engine:
 
     def _publish_telemetry(self, snapshot: Snapshot) -> None:
         self.events.telemetry(snapshot)
-        self.tracking.sample(self.telemetry.monitor.latest or {})  # the view it was made from
+        self.tracking.sample(snapshot)
 
     def _handle(self, raw: bytes, caller: Caller) -> bytes | Pending:
         return self.handlers.handle(raw, caller)

@@ -260,7 +260,8 @@ class StationLearning:
             self.trackers[attempt.attempt.id] = tracker
             lines = tracker.reader.read_lines()
             if lines and tracker.steady_after == math.inf:
-                tracker.steady_after = (self.telemetry.monitor.latest or {}).get("taken_at", 0.0)
+                latest = self.telemetry.monitor.latest
+                tracker.steady_after = 0.0 if latest is None else latest.taken_at
             for line in lines:
                 tracker.progress.add(now, line.done)
             recent = self._recent(attempt.attempt.id, now, lines)
@@ -353,21 +354,19 @@ class StationLearning:
         its rate is measured: not its start-up), read both SM activity and kernel-active time
         and no process outside gpudesk (other than an MPS server) was on it."""
         latest = self.telemetry.monitor.latest
-        if latest is None or latest["taken_at"] <= tracker.steady_after:
+        if latest is None or latest.taken_at <= tracker.steady_after:
             return
-        for reading in latest["gpus"]:
-            if reading["index"] != gpu:
-                continue
-            sm, active = reading.get("sm_activity_pct"), reading.get("kernel_active_pct")
-            foreign = any(
-                p["job_id"] not in (None, tracker.job_id)
-                or (p["job_id"] is None and p.get("mps") != MPS_SERVER)
-                for p in reading.get("processes", ())
-            )
-            if sm is None or active is None or foreign:
-                return
-            tracker.activity.add(latest["taken_at"], sm / 100.0, active / 100.0)
+        reading = latest.gpu(gpu)
+        if reading is None:
             return
+        sm, active = reading.sm_activity_pct, reading.kernel_active_pct
+        foreign = any(
+            p.job_id not in (None, tracker.job_id) or (p.job_id is None and p.mps != MPS_SERVER)
+            for p in reading.processes
+        )
+        if sm is None or active is None or foreign:
+            return
+        tracker.activity.add(latest.taken_at, sm / 100.0, active / 100.0)
 
     def _close_alone(self, tracker: Tracker) -> AloneActivity:
         """The tracker's time alone ended: what telemetry read of it there measures the

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 
 from gpudesk.core.mig_profiles import compute_slices, short_name
+from gpudesk.core.wire.telemetry import GpuView, HistoryPoint, Snapshot
 from gpudesk.policy.demand import reservation
 from gpudesk.policy.policy import GpuState, MigSlice, Tenant
 
@@ -47,16 +48,16 @@ class GpuFacts(Protocol):
 
 class Readings(Protocol):
     """The telemetry monitor as placement reads it: the GPUs, the latest sample and the recent
-    ones (the monitor's JSON-ready views), and each running attempt's measured usage."""
+    ones (as the wire carries them), and each running attempt's measured usage."""
 
     @property
     def inventory(self) -> Sequence[GpuFacts]: ...
 
     @property
-    def latest(self) -> Mapping[str, Any] | None: ...
+    def latest(self) -> Snapshot | None: ...
 
     @property
-    def history(self) -> Iterable[Mapping[str, Any]]: ...
+    def history(self) -> Iterable[HistoryPoint]: ...
 
     @property
     def usage(self) -> Mapping[int, PeakUsage]: ...  # by attempt id
@@ -112,19 +113,19 @@ def tenants_by_gpu(
     return tenants
 
 
-def _mig_slices(reading: Mapping[str, Any], tenants: Iterable[Tenant]) -> tuple[MigSlice, ...]:
+def _mig_slices(reading: GpuView | None, tenants: Iterable[Tenant]) -> tuple[MigSlice, ...]:
     held = {t.mig_slice for t in tenants if t.mig_slice}
     return tuple(
         MigSlice(
-            m["uuid"],
+            m.uuid,
             profile,
-            m["memory_total_mib"] or 0.0,
+            m.memory_total_mib or 0.0,
             compute_slices(profile),
-            busy=m["uuid"] in held,
+            busy=m.uuid in held,
         )
-        for m in reading.get("mig_devices", ())
-        if m["uuid"]
-        for profile in [short_name(m["name"] or "")]
+        for m in (reading.mig_devices if reading else ())
+        if m.uuid
+        for profile in [short_name(m.name or "")]
     )
 
 
@@ -137,17 +138,17 @@ def gpu_states(
     """Each GPU as the collocation policies see it: the latest readings, SM activity over
     the last `SM_WINDOW_SAMPLES` samples, and the attempts placed on it."""
     latest = monitor.latest
-    readings = {g["index"]: g for g in latest["gpus"]} if latest else {}
+    readings = {g.index: g for g in latest.gpus} if latest else {}
     recent = list(monitor.history)[-SM_WINDOW_SAMPLES:]
     tenants = tenants_by_gpu(running, monitor.usage, time.monotonic())
     states = []
     for info in monitor.inventory:
-        reading = readings.get(info.index, {})
+        reading = readings.get(info.index)
         window = [
-            p["sm_activity_pct"]
+            p.sm_activity_pct
             for point in recent
-            for p in point["gpus"]
-            if p["index"] == info.index and p["sm_activity_pct"] is not None
+            for p in point.gpus
+            if p.index == info.index and p.sm_activity_pct is not None
         ]
         on_gpu = tuple(tenants.get(info.index, ()))
         states.append(
@@ -155,11 +156,13 @@ def gpu_states(
                 index=info.index,
                 uuid=info.uuid,
                 model=info.name or "",  # the key of its learned interference parameters
-                memory_total_mib=info.memory_total_mib or reading.get("memory_total_mib") or 0.0,
-                memory_used_mib=reading.get("memory_used_mib") or 0.0,
+                memory_total_mib=info.memory_total_mib
+                or (reading.memory_total_mib if reading else None)
+                or 0.0,
+                memory_used_mib=(reading.memory_used_mib if reading else None) or 0.0,
                 sm_activity_pct=sum(window) / len(window) if window else None,
                 tenants=on_gpu,
-                mig_enabled=bool(reading.get("mig_enabled")),
+                mig_enabled=bool(reading and reading.mig_enabled),
                 mig_slices=_mig_slices(reading, on_gpu),
                 lost=info.index in lost,
                 mps_usable=mps_usable(info.uuid),

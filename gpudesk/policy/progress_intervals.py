@@ -33,12 +33,12 @@ rules can be read and tested on their own (docs/interference.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import msgspec
 
 from gpudesk.core.mig_profiles import compute_slices, memory_slices, table_for_gpu
+from gpudesk.core.wire.telemetry import Snapshot
 from gpudesk.policy.interference import (
     ModelParams,
     Observation,
@@ -235,18 +235,16 @@ class AloneActivity(msgspec.Struct):
         return Observation("exclusive", job, (), 1.0, kernel_active=active)
 
 
-def slice_size(
-    latest: Mapping[str, Any] | None, gpu: int, mig_slice: str | None
-) -> tuple[int, int]:
+def slice_size(latest: Snapshot | None, gpu: int, mig_slice: str | None) -> tuple[int, int]:
     """The compute and memory slices of MIG device `mig_slice` on GPU `gpu`, as the latest
     telemetry sample (`latest`: the monitor's view) names it; (0, 0) where it does not."""
-    for reading in latest["gpus"] if latest else ():
-        if reading["index"] != gpu:
-            continue
-        for device in reading.get("mig_devices", ()):
-            if device["uuid"] == mig_slice and device["name"]:
-                table = table_for_gpu(reading.get("name") or "")
-                return compute_slices(device["name"]), memory_slices(device["name"], table)
+    reading = None if latest is None else latest.gpu(gpu)
+    if reading is None:
+        return 0, 0
+    for device in reading.mig_devices:
+        if device.uuid == mig_slice and device.name:
+            table = table_for_gpu(reading.name or "")
+            return compute_slices(device.name), memory_slices(device.name, table)
     return 0, 0
 
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.tracking_spec import MLFLOW_MAX_PARAM_VALUE
+from gpudesk.core.wire.telemetry import GpuView, JobTelemetry
 from gpudesk.results import LINE, metrics_of
 from gpudesk.tracking.messages import MetricPoint
 
@@ -157,29 +158,27 @@ MIB = 1024 * 1024 / 1e6  # MLflow's "megabytes" are 10^6 bytes
 
 
 def sample_points(
-    job_view: Mapping[str, Any], gpus: Mapping[int, Mapping[str, Any]], ts_ms: int, step: int
+    job: JobTelemetry, gpus: Mapping[int, GpuView], ts_ms: int, step: int
 ) -> list[MetricPoint]:
     """One telemetry sample of a running job as metric points under `system/`: each of its
     GPUs' readings (a shared GPU's whole reading), its own share of them, its processes' CPU
     and memory, and its energy so far."""
-    rss = job_view.get("rss_mib")
-    gpu_memory = job_view.get("gpu_memory_mib")
-    energy = (job_view.get("energy") or {}).get("total_j")
+    rss, gpu_memory = job.rss_mib, job.gpu_memory_mib
     values: dict[str, float | None] = {
-        "job_cpu_utilization_percentage": job_view.get("cpu_pct"),
+        "job_cpu_utilization_percentage": job.cpu_pct,
         "job_memory_usage_megabytes": None if rss is None else rss * MIB,
         "job_gpu_memory_usage_megabytes": None if gpu_memory is None else gpu_memory * MIB,
-        "job_gpu_sm_percentage": job_view.get("gpu_sm_pct"),
-        "job_energy_joules": energy,
+        "job_gpu_sm_percentage": job.gpu_sm_pct,
+        "job_energy_joules": job.energy.total_j,
     }
-    for index in job_view.get("gpus") or ():
+    for index in job.gpus:
         gpu = gpus.get(index)
         if gpu is None:
             continue
-        used, total = gpu.get("memory_used_mib"), gpu.get("memory_total_mib")
-        power, limit = gpu.get("power_w"), gpu.get("power_limit_w")
-        values[f"gpu_{index}_utilization_percentage"] = gpu.get("kernel_active_pct")
-        values[f"gpu_{index}_sm_activity_percentage"] = gpu.get("sm_activity_pct")
+        used, total = gpu.memory_used_mib, gpu.memory_total_mib
+        power, limit = gpu.power_w, gpu.power_limit_w
+        values[f"gpu_{index}_utilization_percentage"] = gpu.kernel_active_pct
+        values[f"gpu_{index}_sm_activity_percentage"] = gpu.sm_activity_pct
         values[f"gpu_{index}_memory_usage_megabytes"] = None if used is None else used * MIB
         values[f"gpu_{index}_memory_usage_percentage"] = (
             100.0 * used / total if used is not None and total else None

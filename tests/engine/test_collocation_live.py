@@ -192,26 +192,22 @@ def test_the_demo_profile_collocates_under_mps_and_on_mig_slices() -> None:
     assert profile.station.backend == "sim:dgx-station-a100" and profile.station.policy == "auto"
     monitor = Monitor(make_backend(profile.station.backend, mig=profile.station.mig))
     view = monitor.ingest(monitor.collect())
-    assert view["gpus"][3]["mig_enabled"] and len(view["gpus"][3]["mig_devices"]) == 3
+    assert view.gpus[3].mig_enabled and len(view.gpus[3].mig_devices) == 3
 
     states = tuple(
         GpuState(
-            g["index"],
-            g["uuid"],
-            g["memory_total_mib"],
+            g.index,
+            g.uuid,
+            g.memory_total_mib or 0.0,
             mps_usable=True,
-            mig_enabled=g["mig_enabled"],
+            mig_enabled=bool(g.mig_enabled),
             mig_slices=tuple(
-                MigSlice(
-                    m["uuid"],
-                    m["name"].rsplit(" ", 1)[-1],
-                    m["memory_total_mib"],
-                    compute_slices(m["name"].rsplit(" ", 1)[-1]),
-                )
-                for m in g["mig_devices"]
+                MigSlice(m.uuid, m.profile, m.memory_total_mib or 0.0, compute_slices(m.profile))
+                for m in g.mig_devices
+                if m.uuid
             ),
         )
-        for g in view["gpus"]
+        for g in view.gpus
     )
     queue = [
         JobRecord(i + 1, spec, JobState.QUEUED, 0.0, None, None, 0, None, None, False)

@@ -14,8 +14,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from telemetry_views import gpu_view, process_view, snapshot
 
 import gpudesk.engine.learning as learning_module
+from gpudesk.core.wire.telemetry import ProcessView, Snapshot
 from gpudesk.engine.learning import StationLearning
 from gpudesk.engine.store.database import Store
 from gpudesk.engine.store.model_params import ParamTotal, StoredObservation
@@ -413,21 +415,15 @@ def command_key(store: Store, job_id: int) -> str:
 def sample(station: StationLearning, sm: float, active: float) -> None:
     """A new telemetry sample of GPU 0 (SM activity and kernel-active time, %), then a step."""
     latest = station.telemetry.monitor.latest
-    at = (latest["taken_at"] if latest else 0.0) + 1.0
-    station.telemetry.monitor.latest = reading(at, sm, active, [])  # type: ignore[misc]
+    at = (latest.taken_at if latest else 0.0) + 1.0
+    station.telemetry.monitor.latest = reading(at, sm, active, [])
     station.step()
 
 
-def reading(at: float, sm: float, active: float, processes: list[dict[str, Any]]) -> Any:
+def reading(at: float, sm: float, active: float, processes: list[ProcessView]) -> Snapshot:
     """The monitor's latest view of GPU 0 as the learner reads it."""
-    gpu = {
-        "index": 0,
-        "sm_activity_pct": sm,
-        "kernel_active_pct": active,
-        "processes": processes,
-        "mig_devices": [],
-    }
-    return {"taken_at": at, "gpus": [gpu]}
+    gpu = gpu_view(0, sm_activity_pct=sm, kernel_active_pct=active, processes=processes)
+    return snapshot(at, [gpu])
 
 
 @pytest.mark.parametrize("foreign", [False, True])
@@ -443,17 +439,17 @@ def test_a_job_alone_teaches_the_kernel_active_gap_from_telemetry(
     live: list[Any] = []
     station.attempts = live  # type: ignore[assignment]
     live.append(fake_attempt(store, tmp_path, 1, job.id))
-    processes = [{"pid": 10, "job_id": job.id, "mps": None}]
-    processes.append({"pid": 11, "job_id": None, "mps": "server"})  # its MPS server
+    processes = [process_view(10, job.id)]
+    processes.append(process_view(11, mps="server"))  # its MPS server
     if foreign:
-        processes.append({"pid": 12, "job_id": None, "mps": None})  # someone else's
+        processes.append(process_view(12))  # someone else's
     monitor = station.telemetry.monitor
     with open(live[0].attempt.log_path, "ab") as out:
         out.write(b"progress 1\n")  # its steady phase: its samples count after this read
-    monitor.latest = reading(0.0, 0.0, 0.0, processes)  # type: ignore[misc]
+    monitor.latest = reading(0.0, 0.0, 0.0, processes)
     station.step()
     for at, active in ((1.0, 52.0), (2.0, 54.0), (2.0, 99.0), (3.0, 56.0)):
-        monitor.latest = reading(at, 40.0, active, processes)  # type: ignore[misc]
+        monitor.latest = reading(at, 40.0, active, processes)
         station.step()
     live.clear()
     station.step()  # it ended: its time alone closes

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from telemetry_views import gpu_view, job_telemetry, usage_figures
 
 from gpudesk.core.jobs import JobSpec, SpecError
 from gpudesk.core.tracking_spec import TrackingSpec, resolve_mlflow_uri
@@ -189,20 +190,20 @@ def test_a_full_outbox_drops_the_oldest_metric_lines_and_keeps_the_rest() -> Non
 def test_a_sample_becomes_points_of_its_gpus_and_its_processes() -> None:
     """Under `system/`, as MLflow's own system metrics are named (its UI's System Metrics tab
     draws them), each GPU by its index; the job's own share as `system/job_*`."""
-    job_view = {
-        "id": 3,
-        "gpus": [0, 1],
-        "cpu_pct": 150.0,
-        "rss_mib": 512.0,
-        "gpu_memory_mib": 1000.0,
-        "gpu_sm_pct": None,
-        "energy": {"total_j": 42.0},
-    }
+    job_view = job_telemetry(
+        3,
+        gpus=[0, 1],
+        cpu_pct=150.0,
+        rss_mib=512.0,
+        gpu_memory_mib=1000.0,
+        gpu_sm_pct=None,
+        energy=usage_figures(total_j=42.0),
+    )
     gpus = {
-        0: {"sm_activity_pct": 40.0, "kernel_active_pct": 90.0, "power_w": 100.0,
-            "power_limit_w": 400.0, "memory_used_mib": 2000.0, "memory_total_mib": 40000.0},
-        1: {"sm_activity_pct": 60.0, "kernel_active_pct": None, "power_w": 50.0,
-            "power_limit_w": None, "memory_used_mib": 1000.0, "memory_total_mib": 40000.0},
+        0: gpu_view(0, sm_activity_pct=40.0, kernel_active_pct=90.0, power_w=100.0,
+            power_limit_w=400.0, memory_used_mib=2000.0, memory_total_mib=40000.0),
+        1: gpu_view(1, sm_activity_pct=60.0, kernel_active_pct=None, power_w=50.0,
+            power_limit_w=None, memory_used_mib=1000.0, memory_total_mib=40000.0),
     }  # fmt: skip
     points = {p.name: p for p in content.sample_points(job_view, gpus, 1234, 7)}
     assert {p.step for p in points.values()} == {7}

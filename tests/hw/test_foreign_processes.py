@@ -99,10 +99,10 @@ def test_the_view_names_a_foreign_process_and_leaves_a_jobs_alone(
     job = TrackedAttempt(1, 10, "train", os.getpgid(mine), "gpu:0", (0,), 4.0, 50.0, 0.0)
     monitor = Monitor(OneGpu([mine, outsider.pid]))  # type: ignore[arg-type]
     view = monitor.ingest(monitor.collect([job]))
-    procs = {p["pid"]: p for p in view["gpus"][0]["processes"]}
-    assert procs[mine]["job_id"] == 10 and "user" not in procs[mine]
+    procs = {p.pid: p for p in view.gpus[0].processes}
+    assert procs[mine].job_id == 10 and procs[mine].user is None
     other = procs[outsider.pid]
-    assert other["job_id"] is None and other["user"] == getpass.getuser()
+    assert other.job_id is None and other.user == getpass.getuser()
     label = foreign_label(other)
     assert label.startswith(f"pid {outsider.pid} {getpass.getuser()} 3.2 GiB SM 40% ")
     assert sys.executable in label

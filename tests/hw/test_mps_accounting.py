@@ -8,14 +8,11 @@ samples name the server alone, its smUtil the whole GPU's. tests/fakes/fake_pynv
 
 from __future__ import annotations
 
-from typing import Any
-
-import msgspec
 import pytest
 from fakes.fake_pynvml import FakeGpu, FakeNvml, FakeProcess
 
-from gpudesk.api.models import GpuView
-from gpudesk.cli.top_view import render_frame
+from gpudesk.api.models import Snapshot
+from gpudesk.cli.top_view import TopView, render_frame
 from gpudesk.hw.telemetry.energy import GpuEnergyMeter
 from gpudesk.hw.telemetry.model import BackendReading
 from gpudesk.hw.telemetry.monitor import Monitor, TrackedAttempt
@@ -55,7 +52,7 @@ def sample_intervals(
     attempts: list[TrackedAttempt],
     sm_by_pid: dict[int, int],
     intervals: int = 4,
-) -> Any:
+) -> Snapshot | None:
     """`intervals` seconds of the processes keeping these SM shares, each read by the monitor;
     the last view it made."""
     view = None
@@ -143,12 +140,12 @@ def test_mps_clients_share_the_servers_sm_and_a_time_sliced_tenant_keeps_its_own
     assert naive.gpu_sm_mean_pct == pytest.approx(40.0)
 
     assert view is not None
-    (gpu,) = view["gpus"]
-    server = next(p for p in gpu["processes"] if p["pid"] == SERVER)
-    assert (server.get("mps"), server["job_id"]) == ("server", None)
-    shares = dict(job_shares(msgspec.convert(gpu, GpuView).processes))
+    (gpu,) = view.gpus
+    server = next(p for p in gpu.processes if p.pid == SERVER)
+    assert (server.mps, server.job_id) == ("server", None)
+    shares = dict(job_shares(gpu.processes))
     assert "MPS" in shares and "other" not in shares
-    frame = render_frame(view)
+    frame = render_frame(TopView(view, "direct", None, None))
     assert f"MPS server (pid {SERVER})" in frame and f"pid {SERVER}," not in frame
 
 

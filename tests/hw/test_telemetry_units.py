@@ -310,21 +310,22 @@ def test_monitor_view_credits_each_job_its_gpu_energy() -> None:
     for _ in range(6):
         view = monitor.ingest(monitor.collect(attempts))
         clock.now += 1.0
-    assert (view["backend"], view["simulated"]) == ("sim:dgx-station-a100", True)
-    gpu0, gpu1, gpu2 = view["gpus"][:3]
-    assert gpu0["jobs"] == [10] and gpu1["jobs"] == [11] and gpu2["jobs"] == []
-    assert gpu0["processes"][0]["job_id"] == 10
-    assert gpu0["energy_source"] == "counter" and gpu0["energy_j"] > gpu2["energy_j"] > 0
-    train = view["jobs"][0]
-    assert train["gpu_memory_mib"] == pytest.approx(512 + 8 * 1024)
-    assert train["processes"] >= 1 and train["rss_mib"] > 0
-    energy = train["energy"]
-    assert energy["split"] == "exclusive" and not energy["estimate"]
+    assert (view.backend, view.simulated) == ("sim:dgx-station-a100", True)
+    gpu0, gpu1, gpu2 = view.gpus[:3]
+    assert gpu0.jobs == [10] and gpu1.jobs == [11] and gpu2.jobs == []
+    assert gpu0.processes[0].job_id == 10
+    assert gpu0.energy_j is not None and gpu2.energy_j is not None
+    assert gpu0.energy_source == "counter" and gpu0.energy_j > gpu2.energy_j > 0
+    train = view.jobs[0]
+    assert train.gpu_memory_mib == pytest.approx(512 + 8 * 1024)
+    assert train.processes >= 1 and train.rss_mib is not None and train.rss_mib > 0
+    energy = train.energy
+    assert energy.split == "exclusive" and not energy.estimate
     # Exclusive: the job's energy is the GPU's counter delta since it was first seen.
-    assert energy["gpu_j"] == pytest.approx(gpu0["energy_j"], rel=1e-3)
-    assert energy["gpu_idle_j"] == pytest.approx(5 * sim.model.idle_w, rel=1e-3)
+    assert energy.gpu_j == pytest.approx(gpu0.energy_j, rel=1e-3)
+    assert energy.gpu_idle_j == pytest.approx(5 * sim.model.idle_w, rel=1e-3)
     final = monitor.finish(1)
-    assert final is not None and final.gpu_j == pytest.approx(energy["gpu_j"], rel=1e-3)
+    assert final is not None and final.gpu_j == pytest.approx(energy.gpu_j, rel=1e-3)
     # A sample collected before the attempt ended must not bring it back.
     monitor.ingest(monitor.collect(attempts), running={2})
     assert 1 not in monitor.usage and 2 in monitor.usage
@@ -342,12 +343,12 @@ def test_a_job_on_a_mig_slice_counts_its_gpu_memory_once() -> None:
     for _ in range(5):
         view = monitor.ingest(monitor.collect([job]))
         clock.now += 1.0
-    gpu3 = view["gpus"][3]
-    assert [p["pid"] for p in gpu3["mig_devices"][0]["processes"]] == [2**22 + 9]
-    assert [p["pid"] for p in gpu3["processes"]] == [2**22 + 9]  # listed twice by design
-    (mig_job,) = view["jobs"]
-    assert mig_job["gpu_memory_mib"] == pytest.approx(512 + 8 * 1024)
-    assert mig_job["gpu_sm_pct"] == pytest.approx(gpu3["processes"][0]["sm_pct"])
+    gpu3 = view.gpus[3]
+    assert [p.pid for p in gpu3.mig_devices[0].processes] == [2**22 + 9]
+    assert [p.pid for p in gpu3.processes] == [2**22 + 9]  # listed twice by design
+    (mig_job,) = view.jobs
+    assert mig_job.gpu_memory_mib == pytest.approx(512 + 8 * 1024)
+    assert mig_job.gpu_sm_pct == pytest.approx(gpu3.processes[0].sm_pct)
 
 
 def test_monitor_splits_a_shared_gpu_by_sm_share() -> None:
@@ -425,10 +426,10 @@ def test_monitor_with_an_unavailable_backend_shows_a_banner_and_retries_later() 
     monitor = Monitor(backend)
     first = monitor.ingest(monitor.collect())
     second = monitor.ingest(monitor.collect())
-    assert first["gpus"] == [] and "no NVIDIA driver" in first["banner"]
-    assert second["banner"] == first["banner"]
+    assert first.gpus == [] and "no NVIDIA driver" in (first.banner or "")
+    assert second.banner == first.banner
     assert backend.opens == 1  # not retried on every sample
-    assert first["host"]["memory_total_mib"] > 0
+    assert first.host.memory_total_mib > 0
 
 
 # -------------------------------------------------------------- placement

@@ -6,6 +6,7 @@ interval tells the learner given its tenants' steady SM shares."""
 from __future__ import annotations
 
 import pytest
+from telemetry_views import gpu_view, mig_view, snapshot
 
 from gpudesk.policy.interference import DEFAULT_PARAMS, Observation, Workload
 from gpudesk.policy.progress_intervals import (
@@ -19,16 +20,16 @@ from gpudesk.policy.progress_intervals import (
     tenancies,
 )
 
-SAMPLE = {
-    "gpus": [
-        {"index": 0, "name": "NVIDIA A100-SXM4-40GB", "mig_devices": []},
-        {
-            "index": 1,
-            "name": "NVIDIA A100-SXM4-40GB",
-            "mig_devices": [{"uuid": "MIG-a", "name": "3g.20gb"}, {"uuid": "MIG-b", "name": None}],
-        },
-    ]
-}
+A100 = "NVIDIA A100-SXM4-40GB"
+SAMPLE = snapshot(
+    0.0,
+    [
+        gpu_view(0, name=A100),
+        gpu_view(
+            1, name=A100, mig_devices=[mig_view(0, "MIG-a", "3g.20gb"), mig_view(1, "MIG-b", None)]
+        ),
+    ],
+)
 
 
 def test_a_slices_size_is_read_from_the_latest_sample() -> None:

@@ -117,7 +117,7 @@ class Snapshot(WireModel, frozen=True):
     simulated: bool
     banner: str | None
     sampling_since: float
-    interval_s: float
+    interval_s: float | None  # how often the engine samples; None: `gpudesk top` sampled it itself
     host: HostView
     gpus: list[GpuView]
     jobs: list[JobTelemetry]

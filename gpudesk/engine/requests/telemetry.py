@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import msgspec
-
 from gpudesk.core.identity import Caller
 from gpudesk.core.wire.requests import TelemetryArgs
-from gpudesk.core.wire.telemetry import HistoryPoint, TelemetryResult
+from gpudesk.core.wire.telemetry import TelemetryResult
 from gpudesk.engine.requests.common import Handler, Requests
 
 
@@ -34,6 +32,6 @@ class TelemetryRequests(Requests):
         history = list(telemetry.monitor.history)[-points:] if points else []
         return TelemetryResult(
             snapshot=snapshot,
-            history=msgspec.convert(history, list[HistoryPoint]),
+            history=history,
             energy_today_j=telemetry.energy_today(),
         )

@@ -14,8 +14,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import msgspec
-
 from gpudesk.core.records import JobSeries
 from gpudesk.core.station import StationConfig
 from gpudesk.core.wire.telemetry import Snapshot
@@ -69,8 +67,6 @@ class TelemetrySink:
         self.sampler: SamplerThread | None = None
         self.lost_gpus: frozenset[int] = frozenset()
         self.mig_layout: MigLayout | None = None  # as the latest sample showed it
-        # The monitor's latest view as clients get it, and the view it was made from.
-        self._snapshot: tuple[dict[str, Any], Snapshot] | None = None
         self.store_samples_at = time.monotonic() + STORE_SAMPLES_EVERY_S
         self.prune_at = time.monotonic()
         # GPU index -> the monitor's energy count when the store last got an energy point; what
@@ -84,6 +80,7 @@ class TelemetrySink:
             make_backend(config.backend, mig=config.mig),
             grid_g_per_kwh=config.grid_intensity,
             idle_power_w=saved if isinstance(saved, dict) else None,
+            interval_s=config.sample_interval,
         )
         monitor.open()  # the inventory is needed for placement before the first sample
         return monitor
@@ -157,22 +154,13 @@ class TelemetrySink:
             for message in xid_messages(raw.reading):  # an admin wants to know: log, events
                 log.warning(message)
                 self.store.add_event("gpu", message)
-            self._note_lost(frozenset(g["index"] for g in view["gpus"] if g["lost"]))
-            self.publish(self._snapshot_of(view))
+            self._note_lost(frozenset(g.index for g in view.gpus if g.lost))
+            self.publish(view)
         self.flush()
 
     def snapshot(self) -> Snapshot | None:
         """The latest view as clients get it (reply and event alike), None before a sample."""
-        latest = self.monitor.latest
-        return None if latest is None else self._snapshot_of(latest)
-
-    def _snapshot_of(self, view: dict[str, Any]) -> Snapshot:
-        """The monitor's view (its own dicts, which placement and tracking read) as the wire
-        type, made once per sample: msgspec checks it against the type here."""
-        if self._snapshot is None or self._snapshot[0] is not view:
-            wired = {**view, "interval_s": self.station.config.sample_interval}
-            self._snapshot = (view, msgspec.convert(wired, Snapshot))
-        return self._snapshot[1]
+        return self.monitor.latest
 
     def _note_lost(self, lost: frozenset[int]) -> None:
         if lost == self.lost_gpus:
@@ -191,7 +179,7 @@ class TelemetrySink:
         while time.monotonic() < deadline:
             self.ingest()
             latest = self.monitor.latest
-            if latest is not None and latest["taken_at"] >= after:
+            if latest is not None and latest.taken_at >= after:
                 return
             time.sleep(0.01)
 
@@ -238,9 +226,9 @@ class TelemetrySink:
         if not latest:
             return
         idle = {
-            g["uuid"]: g["idle_power_w"]
-            for g in latest["gpus"]
-            if g["uuid"] and g["idle_power_w"] is not None and not self.monitor.simulated
+            g.uuid: g.idle_power_w
+            for g in latest.gpus
+            if g.uuid and g.idle_power_w is not None and not self.monitor.simulated
         }
         if idle:
             self.store.set_setting("idle_power_w", idle)

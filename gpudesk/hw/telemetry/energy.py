@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from gpudesk.core.wire.jobs import AttemptUsageFigures
 from gpudesk.hw.telemetry.model import MPS_SERVER, BackendReading, GpuReading
 from gpudesk.units import carbon_g
 
@@ -198,29 +199,35 @@ class AttemptUsage:
         if self.split is None or SPLIT_ORDER.index(split) > SPLIT_ORDER.index(self.split):
             self.split = split  # the least exact method used in any interval
 
-    def to_dict(self, g_per_kwh: float) -> dict[str, Any]:
+    def figures(self, g_per_kwh: float) -> AttemptUsageFigures:
+        """Its figures as the wire carries them (rounded; carbon at `g_per_kwh`)."""
         total = (
             None
             if self.gpu_j is None and self.cpu_j is None
             else (self.gpu_j or 0.0) + (self.cpu_j or 0.0)
         )
-        return {
-            "gpu_j": rounded(self.gpu_j),
-            "gpu_idle_j": rounded(self.gpu_idle_j),
-            "gpu_above_idle_j": rounded(self.gpu_above_idle_j),
-            "gpu_source": self.gpu_source,
-            "split": self.split,
-            "estimate": self.estimate,
-            "cpu_j": rounded(self.cpu_j),
-            "total_j": rounded(total),
-            "carbon_g": rounded(carbon_g(total, g_per_kwh), 3),
-            "cpu_s": rounded(self.cpu_s, 2),
-            "rss_peak_mib": rounded(self.rss_peak_bytes / 2**20),
-            "io_read_mib": rounded(self.io_read_bytes / 2**20),
-            "io_write_mib": rounded(self.io_write_bytes / 2**20),
-            "gpu_memory_peak_mib": rounded(self.gpu_memory_peak_mib),
-            "gpu_sm_mean_pct": rounded(self.gpu_sm_mean_pct),
-        }
+        return AttemptUsageFigures(
+            gpu_j=rounded(self.gpu_j),
+            gpu_idle_j=rounded(self.gpu_idle_j),
+            gpu_above_idle_j=rounded(self.gpu_above_idle_j),
+            gpu_source=self.gpu_source,
+            split=self.split,
+            estimate=self.estimate,
+            cpu_j=rounded(self.cpu_j),
+            total_j=rounded(total),
+            carbon_g=rounded(carbon_g(total, g_per_kwh), 3),
+            cpu_s=rounded(self.cpu_s, 2),
+            rss_peak_mib=rounded(self.rss_peak_bytes / 2**20),
+            io_read_mib=rounded(self.io_read_bytes / 2**20),
+            io_write_mib=rounded(self.io_write_bytes / 2**20),
+            gpu_memory_peak_mib=rounded(self.gpu_memory_peak_mib),
+            gpu_sm_mean_pct=rounded(self.gpu_sm_mean_pct),
+        )
+
+    def to_dict(self, g_per_kwh: float) -> dict[str, Any]:
+        """Its figures as the store keeps them (a JSON object)."""
+        figures: dict[str, Any] = msgspec.to_builtins(self.figures(g_per_kwh))
+        return figures
 
 
 def rounded(value: float | None, digits: int = 1) -> float | None:

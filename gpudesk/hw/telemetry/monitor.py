@@ -13,12 +13,21 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Collection, Iterable, Sequence
 
 import msgspec
 
 from gpudesk.core.station import DEFAULT_GRID_G_PER_KWH
+from gpudesk.core.wire.telemetry import (
+    GpuView,
+    HistoryGpu,
+    HistoryPoint,
+    HostView,
+    JobTelemetry,
+    MigDeviceView,
+    ProcessView,
+    Snapshot,
+)
 from gpudesk.hw import hostmetrics
 from gpudesk.hw.telemetry.backend import TelemetryBackend
 from gpudesk.hw.telemetry.energy import (
@@ -140,8 +149,10 @@ class Monitor:
         idle_power_w: dict[str, float] | None = None,
         rapl: RaplReader | None = None,
         history_points: int = HISTORY_POINTS,
+        interval_s: float | None = None,
     ) -> None:
         self.backend = backend
+        self.interval_s = interval_s  # how often it is sampled; None: on demand (`gpudesk top`)
         self.grid_g_per_kwh = grid_g_per_kwh
         self.meter = GpuEnergyMeter(
             idle_power_w, default_idle_w=getattr(backend, "idle_power_w", None)
@@ -149,9 +160,9 @@ class Monitor:
         self.rapl = rapl if rapl is not None else RaplReader()
         self.foreign = ForeignProcesses()  # the sampler thread's own
         self.usage: dict[int, AttemptUsage] = {}  # by attempt id
-        self.history: deque[dict[str, Any]] = deque(maxlen=history_points)
+        self.history: deque[HistoryPoint] = deque(maxlen=history_points)
         self.averages = Averages()
-        self.latest: dict[str, Any] | None = None
+        self.latest: Snapshot | None = None
         # The sample behind `latest`, its attempts those still running when it was taken in:
         # typed readings for the engine's metrics (gpudesk.engine.services.metrics).
         self.latest_raw: RawSample | None = None
@@ -230,7 +241,7 @@ class Monitor:
             log.exception("closing the GPU backend failed")
 
     # -------------------------------------------------------------- ingesting
-    def ingest(self, raw: RawSample, running: Collection[int] | None = None) -> dict[str, Any]:
+    def ingest(self, raw: RawSample, running: Collection[int] | None = None) -> Snapshot:
         """Fold one sample into energy, usage and history; returns the station view.
         `running` are the attempts still running now: a sample taken before one ended must
         not credit it again (None: every attempt the sample names)."""
@@ -257,21 +268,22 @@ class Monitor:
                 self.averages.add_job(attempt.job_id, attempt.attempt_id, JOB_SIMULATED_SERIES, 1)
 
         self.latest_raw = raw
-        self.latest = {
-            "taken_at": reading.taken_at,
-            "backend": self.backend.name,
-            "simulated": self.simulated,
-            "banner": reading.banner,
-            "sampling_since": self.started_at,
-            "host": self._host_view(raw),
-            "gpus": gpu_views,
-            "jobs": job_views,
-        }
+        self.latest = Snapshot(
+            taken_at=reading.taken_at,
+            backend=self.backend.name,
+            simulated=self.simulated,
+            banner=reading.banner,
+            sampling_since=self.started_at,
+            interval_s=self.interval_s,
+            host=self._host_view(raw),
+            gpus=gpu_views,
+            jobs=job_views,
+        )
         return self.latest
 
     def _ingest_gpus(
         self, raw: RawSample, intervals: dict[int, Interval]
-    ) -> tuple[list[dict[str, Any]], dict[int, dict[str, float]]]:
+    ) -> tuple[list[GpuView], dict[int, dict[str, float]]]:
         """Each GPU's view, its energy split among its occupants; and attempt id -> the GPU
         memory and SM sums of its processes."""
         reading = raw.reading
@@ -307,7 +319,7 @@ class Monitor:
 
     def _ingest_jobs(
         self, raw: RawSample, job_gpu: dict[int, dict[str, float]]
-    ) -> list[dict[str, Any]]:
+    ) -> list[JobTelemetry]:
         """Each attempt's view; CPU time, memory and I/O into its usage, CPU energy split."""
         reading = raw.reading
         previous = self._previous
@@ -341,22 +353,30 @@ class Monitor:
         return job_views
 
     def _add_series(
-        self, raw: RawSample, gpu_views: list[dict[str, Any]], job_views: list[dict[str, Any]]
+        self, raw: RawSample, gpu_views: list[GpuView], job_views: list[JobTelemetry]
     ) -> None:
         """The store's window averages and the live history."""
-        reading = raw.reading
         for view in gpu_views:
             for metric in GPU_SERIES:
-                self.averages.add_gpu(view["index"], metric, view[metric])
-        for attempt, view in zip(raw.attempts, job_views, strict=True):
+                self.averages.add_gpu(view.index, metric, getattr(view, metric))
+        for attempt, job in zip(raw.attempts, job_views, strict=True):
             for metric in JOB_SERIES:
-                self.averages.add_job(attempt.job_id, attempt.attempt_id, metric, view[metric])
-        self.history.append(
-            {
-                "t": reading.taken_at,
-                "gpus": [{k: v[k] for k in ("index", *GPU_SERIES, "energy_j")} for v in gpu_views],
-            }
-        )
+                self.averages.add_job(
+                    attempt.job_id, attempt.attempt_id, metric, getattr(job, metric)
+                )
+        points = [
+            HistoryGpu(
+                v.index,
+                v.memory_used_mib,
+                v.kernel_active_pct,
+                v.sm_activity_pct,
+                v.power_w,
+                v.temperature_c,
+                v.energy_j,
+            )
+            for v in gpu_views
+        ]
+        self.history.append(HistoryPoint(raw.reading.taken_at, points))
 
     def _power_share(
         self, attempt: TrackedAttempt, intervals: dict[int, Interval], before_j: float | None
@@ -393,59 +413,59 @@ class Monitor:
         owners: dict[int, TrackedAttempt | None],
         job_ids: list[int],
         foreign: dict[int, ForeignProcess],
-    ) -> dict[str, Any]:
-        def process(proc: GpuProcess) -> dict[str, Any]:
+    ) -> GpuView:
+        def process(proc: GpuProcess) -> ProcessView:
             owner = owners.get(proc.pid)
-            view = {
-                "pid": proc.pid,
-                "used_memory_mib": rounded(proc.used_memory_mib),
-                "sm_pct": rounded(proc.sm_pct),
-                "mig_device": proc.mig_device,
-                "job_id": owner.job_id if owner else None,
-                "mps": proc.mps,
-            }
+            # not a gpudesk job's: whose, and what
             outside = foreign.get(proc.pid) if owner is None else None
-            if outside is not None:  # not a gpudesk job's: whose, and what
-                view["user"], view["command"] = outside.user, outside.command
-            return view
+            return ProcessView(
+                pid=proc.pid,
+                used_memory_mib=rounded(proc.used_memory_mib),
+                sm_pct=rounded(proc.sm_pct),
+                mig_device=proc.mig_device,
+                job_id=owner.job_id if owner else None,
+                mps=proc.mps,
+                user=outside.user if outside else None,
+                command=outside.command if outside else None,
+            )
 
-        return {
-            "index": gpu.index,
-            "uuid": gpu.uuid,
-            "name": gpu.name,
-            "lost": gpu.lost,
-            "memory_used_mib": rounded(gpu.memory_used_mib),
-            "memory_total_mib": rounded(gpu.memory_total_mib),
-            "kernel_active_pct": rounded(gpu.kernel_active_pct),
-            "sm_activity_pct": rounded(gpu.sm_activity_pct),
-            "power_w": rounded(gpu.power_w),
-            "power_limit_w": rounded(gpu.power_limit_w),
-            "energy_j": rounded(self.meter.energy_j(gpu.index)),
-            "energy_source": self.meter.source(gpu.index),
-            "idle_power_w": rounded(self.meter.idle_power_w(gpu.index)),
-            "temperature_c": rounded(gpu.temperature_c),
-            "sm_clock_mhz": rounded(gpu.sm_clock_mhz),
-            "memory_clock_mhz": rounded(gpu.memory_clock_mhz),
-            "mig_enabled": gpu.mig_enabled,
-            "mig_pending": gpu.mig_pending,
-            "mig_devices": [
-                {
-                    "index": mig.index,
-                    "uuid": mig.uuid,
-                    "name": mig.name,
-                    "gpu_instance_id": mig.gpu_instance_id,
-                    "compute_instance_id": mig.compute_instance_id,
-                    "memory_used_mib": rounded(mig.memory_used_mib),
-                    "memory_total_mib": rounded(mig.memory_total_mib),
-                    "sm_count": mig.sm_count,
-                    "processes": [process(p) for p in mig.processes],
-                }
+        return GpuView(
+            index=gpu.index,
+            uuid=gpu.uuid,
+            name=gpu.name,
+            lost=gpu.lost,
+            memory_used_mib=rounded(gpu.memory_used_mib),
+            memory_total_mib=rounded(gpu.memory_total_mib),
+            kernel_active_pct=rounded(gpu.kernel_active_pct),
+            sm_activity_pct=rounded(gpu.sm_activity_pct),
+            power_w=rounded(gpu.power_w),
+            power_limit_w=rounded(gpu.power_limit_w),
+            energy_j=rounded(self.meter.energy_j(gpu.index)),
+            energy_source=self.meter.source(gpu.index),
+            idle_power_w=rounded(self.meter.idle_power_w(gpu.index)),
+            temperature_c=rounded(gpu.temperature_c),
+            sm_clock_mhz=rounded(gpu.sm_clock_mhz),
+            memory_clock_mhz=rounded(gpu.memory_clock_mhz),
+            mig_enabled=gpu.mig_enabled,
+            mig_pending=gpu.mig_pending,
+            mig_devices=[
+                MigDeviceView(
+                    index=mig.index,
+                    uuid=mig.uuid,
+                    name=mig.name,
+                    gpu_instance_id=mig.gpu_instance_id,
+                    compute_instance_id=mig.compute_instance_id,
+                    memory_used_mib=rounded(mig.memory_used_mib),
+                    memory_total_mib=rounded(mig.memory_total_mib),
+                    sm_count=mig.sm_count,
+                    processes=[process(p) for p in mig.processes],
+                )
                 for mig in gpu.mig_devices
             ],
-            "processes": [process(p) for p in gpu.processes],
-            "jobs": job_ids,
-            "unavailable": list(gpu.unavailable),
-        }
+            processes=[process(p) for p in gpu.processes],
+            jobs=job_ids,
+            unavailable=list(gpu.unavailable),
+        )
 
     def _job_view(
         self,
@@ -454,47 +474,47 @@ class Monitor:
         cpu_pct: float | None,
         gpu_sums: dict[str, float],
         now: float,
-    ) -> dict[str, Any]:
+    ) -> JobTelemetry:
         usage = self.usage[attempt.attempt_id]
-        return {
-            "id": attempt.job_id,
-            "attempt_id": attempt.attempt_id,
-            "name": attempt.name,
-            "user": attempt.user,
-            "slot": attempt.slot,
-            "gpus": list(attempt.gpus),
-            "runtime_s": rounded(now - attempt.started_at) if attempt.started_at else None,
-            "processes": group.processes if group else 0,
-            "cpu_pct": rounded(cpu_pct),
-            "cpu_s": rounded(group.cpu_seconds) if group else None,
-            "rss_mib": rounded(group.rss_bytes / MIB) if group else None,
-            "io_read_mib": rounded(group.io_read_bytes / MIB) if group else None,
-            "io_write_mib": rounded(group.io_write_bytes / MIB) if group else None,
-            "gpu_memory_mib": rounded(gpu_sums.get("memory")),
-            "gpu_sm_pct": rounded(gpu_sums.get("sm")),
-            "energy": usage.to_dict(self.grid_g_per_kwh),
-            "suspended": attempt.suspended,
-        }
+        return JobTelemetry(
+            id=attempt.job_id,
+            attempt_id=attempt.attempt_id,
+            name=attempt.name,
+            user=attempt.user,
+            slot=attempt.slot,
+            gpus=list(attempt.gpus),
+            runtime_s=rounded(now - attempt.started_at) if attempt.started_at else None,
+            processes=group.processes if group else 0,
+            cpu_pct=rounded(cpu_pct),
+            cpu_s=rounded(group.cpu_seconds) if group else None,
+            rss_mib=rounded(group.rss_bytes / MIB) if group else None,
+            io_read_mib=rounded(group.io_read_bytes / MIB) if group else None,
+            io_write_mib=rounded(group.io_write_bytes / MIB) if group else None,
+            gpu_memory_mib=rounded(gpu_sums.get("memory")),
+            gpu_sm_pct=rounded(gpu_sums.get("sm")),
+            energy=usage.figures(self.grid_g_per_kwh),
+            suspended=attempt.suspended,
+        )
 
-    def _host_view(self, raw: RawSample) -> dict[str, Any]:
+    def _host_view(self, raw: RawSample) -> HostView:
         host = raw.host
-        return {
-            "cpu_pct": host.cpu_pct,
-            "cores": host.cores,
-            "memory_used_mib": round(host.memory_used / MIB),
-            "memory_total_mib": round(host.memory_total / MIB),
-            "load_avg": list(host.load_avg),
-            "cpu_energy_j": rounded(raw.rapl_j),
-            "cpu_energy_note": self.rapl.problem if raw.rapl_j is None else None,
-            "grid_g_per_kwh": self.grid_g_per_kwh,
-            "gpu_energy_carbon_g": rounded(
+        return HostView(
+            cpu_pct=host.cpu_pct,
+            cores=host.cores,
+            memory_used_mib=round(host.memory_used / MIB),
+            memory_total_mib=round(host.memory_total / MIB),
+            load_avg=list(host.load_avg),
+            cpu_energy_j=rounded(raw.rapl_j),
+            cpu_energy_note=self.rapl.problem if raw.rapl_j is None else None,
+            grid_g_per_kwh=self.grid_g_per_kwh,
+            gpu_energy_carbon_g=rounded(
                 carbon_g(
                     sum(self.meter.energy_j(g.index) or 0.0 for g in raw.reading.gpus),
                     self.grid_g_per_kwh,
                 ),
                 3,
             ),
-        }
+        )
 
 
 def _all_processes(gpu: GpuReading) -> Iterable[GpuProcess]:
@@ -543,13 +563,9 @@ def _occupants(
 MigLayout = tuple[tuple[int, bool, tuple[str, ...]], ...]
 
 
-def mig_layout(view: Mapping[str, Any]) -> MigLayout:
+def mig_layout(view: Snapshot) -> MigLayout:
     """The MIG layout a station view (`Monitor`'s) shows: the engine's placement watches it."""
     return tuple(
-        (
-            g["index"],
-            bool(g.get("mig_enabled")),
-            tuple(sorted(m["uuid"] or "" for m in g.get("mig_devices", ()))),
-        )
-        for g in view["gpus"]
+        (g.index, bool(g.mig_enabled), tuple(sorted(m.uuid or "" for m in g.mig_devices)))
+        for g in view.gpus
     )

@@ -36,6 +36,7 @@ from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.wire.jobs import JobRunView
 from gpudesk.core.wire.station import TrackingHealth
+from gpudesk.core.wire.telemetry import Snapshot
 from gpudesk.engine.offloop import Offload
 from gpudesk.engine.services.tracking.runs import TrackedRun, run_wait_s
 from gpudesk.engine.services.tracking.sidecar import Sidecar
@@ -479,18 +480,14 @@ class Tracking:
         return env, note
 
     # ------------------------------------------------------------------ samples
-    def sample(self, view: Mapping[str, object]) -> None:
+    def sample(self, view: Snapshot) -> None:
         """One telemetry view: a metric point set for each running tracked job."""
-        if not self.by_job:
+        if not self.by_job or not view.jobs:
             return
-        jobs = view.get("jobs")
-        if not isinstance(jobs, list) or not jobs:
-            return
-        gpus = {g["index"]: g for g in view.get("gpus") or []}  # type: ignore[attr-defined]
-        taken_at = view.get("taken_at")
-        ts_ms = int(float(taken_at) * 1000) if isinstance(taken_at, (int, float)) else 0
-        for job_view in jobs:
-            key = self.by_job.get(job_view.get("id"))
+        gpus = {g.index: g for g in view.gpus}
+        ts_ms = int(view.taken_at * 1000)
+        for job_view in view.jobs:
+            key = self.by_job.get(job_view.id)
             run = self.runs.get(key) if key else None
             if run is None or run.final_ops:
                 continue
