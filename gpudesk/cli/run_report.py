@@ -123,11 +123,10 @@ class RunReport:
     @property
     def energy(self) -> UsageFigures | None:
         """The run's usage summed over its jobs (None when nothing was measured)."""
-        usages = [to_builtins(j.usage) for j in self.jobs if j.usage is not None]
+        usages = [j.usage for j in self.jobs if j.usage is not None]
         if not usages or self.grid_g_per_kwh is None:
             return None
-        summary = summarize(usages, self.grid_g_per_kwh)
-        return None if summary is None else msgspec.convert(summary, UsageFigures)
+        return summarize(usages, self.grid_g_per_kwh)
 
     @property
     def best(self) -> Best | None:

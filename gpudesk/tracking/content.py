@@ -8,11 +8,12 @@ import hashlib
 import re
 import shlex
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
 from gpudesk.core.jobs import JobState
 from gpudesk.core.records import JobRecord
 from gpudesk.core.tracking_spec import MLFLOW_MAX_PARAM_VALUE
+from gpudesk.core.wire.jobs import UsageFigures
 from gpudesk.core.wire.telemetry import GpuView, JobTelemetry
 from gpudesk.results import LINE, metrics_of
 from gpudesk.tracking.messages import MetricPoint
@@ -195,18 +196,18 @@ def sample_points(
 
 
 def total_points(
-    summary: Mapping[str, Any] | None, gpu_s: float | None, ts_ms: int, step: int
+    summary: UsageFigures | None, gpu_s: float | None, ts_ms: int, step: int
 ) -> list[MetricPoint]:
     """What the job used, over every attempt: the figures `gpudesk history` prints."""
-    summary = summary or {}
-    values = {
-        "energy_j": summary.get("total_j"),
-        "gpu_energy_j": summary.get("gpu_j"),
-        "cpu_energy_j": summary.get("cpu_j"),
-        "co2e_g": summary.get("carbon_g"),
-        "cpu_seconds": summary.get("cpu_s"),
-        "gpu_seconds": gpu_s,
-    }
+    values = {"gpu_seconds": gpu_s}
+    if summary is not None:
+        values |= {
+            "energy_j": summary.total_j,
+            "gpu_energy_j": summary.gpu_j,
+            "cpu_energy_j": summary.cpu_j,
+            "co2e_g": summary.carbon_g,
+            "cpu_seconds": summary.cpu_s,
+        }
     return [
         MetricPoint(name, float(value), ts_ms, step)
         for name, value in values.items()

@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 import pytest
+from telemetry_views import usage_figures
 
 from gpudesk.core.identity import Identity
 from gpudesk.core.jobs import JobSpec, JobState
@@ -56,7 +57,7 @@ class Station:
             now=at,
         )
         if cpu_s is not None:
-            self.store.record_usage([(attempt.id, attempt.job_id, {"cpu_s": cpu_s})], at)
+            self.store.record_usage([(attempt.id, attempt.job_id, usage_figures(cpu_s=cpu_s))], at)
 
     def ran(self, start: float, hours: float, cpu_cores: float = 0.0) -> None:
         attempt = self.start(start)

@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from telemetry_views import usage_figures
 
 from gpudesk.core.jobs import InvalidTransition, JobSpec, JobState
 from gpudesk.engine.store.database import Store
@@ -50,8 +51,8 @@ def test_a_version_1_store_migrates_and_keeps_its_jobs(tmp_path: Path) -> None:
     assert store.schema_version == SCHEMA_VERSION
     (job,) = store.submit([JobSpec(name="after", command=("true",))])
     attempt = store.start_attempt(job.id, {"slot": "cpu:0"}, tmp_path / "jobs")
-    store.record_usage([(attempt.id, job.id, {"gpu_j": 12.5})])
-    assert store.usage([job.id])[job.id][0]["gpu_j"] == 12.5
+    store.record_usage([(attempt.id, job.id, usage_figures(gpu_j=12.5))])
+    assert store.usage([job.id])[job.id][0].gpu_j == 12.5
     store.close()
 
 
@@ -75,9 +76,10 @@ def test_a_version_22_store_gets_the_names_in_its_listing_index(tmp_path: Path) 
 def test_usage_and_series_round_trip(store: Store, tmp_path: Path) -> None:
     (job,) = store.submit([JobSpec(name="u", command=("true",))])
     first = store.start_attempt(job.id, {"slot": "gpu:0"}, tmp_path / "jobs")
-    store.record_usage([(first.id, job.id, {"gpu_j": 10.0})])
-    store.record_usage([(first.id, job.id, {"gpu_j": 30.0})])  # replaced, not added
-    assert store.usage([job.id]) == {job.id: [{"attempt": 1, "gpu_j": 30.0}]}
+    store.record_usage([(first.id, job.id, usage_figures(gpu_j=10.0))])
+    store.record_usage([(first.id, job.id, usage_figures(gpu_j=30.0))])  # replaced, not added
+    (stored,) = store.usage([job.id])[job.id]
+    assert (stored.attempt, stored.gpu_j) == (1, 30.0)
     assert store.usage([]) == {}
     store.add_samples(
         [(100.0, 0, "power_w", 250.0), (110.0, 0, "power_w", 260.0)],

@@ -225,12 +225,12 @@ def test_attempt_usage_accumulates_and_marks_estimates() -> None:
         {0: Interval(1.0, 300.0, "counter", 60.0)},
         {0: [Occupant(1, 20.0), Occupant(2, 60.0)]},
     )
-    first = usage[1].to_dict(475.0)
-    assert first["gpu_j"] == 375.0 and first["gpu_idle_j"] == 75.0
-    assert first["gpu_above_idle_j"] == 300.0
-    assert first["split"] == "sm share" and first["estimate"] is True
+    first = usage[1].figures(475.0)
+    assert first.gpu_j == 375.0 and first.gpu_idle_j == 75.0
+    assert first.gpu_above_idle_j == 300.0
+    assert first.split == "sm share" and first.estimate is True
     assert usage[2].gpu_j == 225.0
-    assert first["carbon_g"] == pytest.approx(carbon_g(375.0, 475.0), abs=1e-3)
+    assert first.carbon_g == pytest.approx(carbon_g(375.0, 475.0), abs=1e-3)
     attribute_cpu(usage, 100.0, {1: 3.0, 2: 1.0}, host_busy_s=8.0)
     assert usage[1].cpu_j == pytest.approx(37.5) and usage[2].cpu_j == pytest.approx(12.5)
 
@@ -239,9 +239,9 @@ def test_unknown_idle_baseline_stays_unknown() -> None:
     usage = {1: AttemptUsage(1, 10)}
     attribute_gpu(usage, {0: Interval(1.0, 300.0, "integrated", None)}, {0: [Occupant(1, None)]})
     attribute_gpu(usage, {0: Interval(1.0, 300.0, "counter", 60.0)}, {0: [Occupant(1, None)]})
-    data = usage[1].to_dict(475.0)
-    assert data["gpu_j"] == 600 and data["gpu_idle_j"] is None and data["gpu_above_idle_j"] is None
-    assert data["gpu_source"] == "counter+integrated"
+    data = usage[1].figures(475.0)
+    assert data.gpu_j == 600 and data.gpu_idle_j is None and data.gpu_above_idle_j is None
+    assert data.gpu_source == "counter+integrated"
 
 
 def test_summarize_adds_attempts() -> None:
@@ -249,15 +249,15 @@ def test_summarize_adds_attempts() -> None:
     b = AttemptUsage(
         2, 10, gpu_j=50.0, gpu_idle_j=5.0, gpu_source="counter", split="even", cpu_s=2.0
     )
-    total = summarize([a.to_dict(400.0), b.to_dict(400.0)], 400.0)
+    total = summarize([a.figures(400.0), b.figures(400.0)], 400.0)
     assert total is not None
-    assert (total["gpu_j"], total["gpu_idle_j"], total["split"], total["estimate"]) == (
+    assert (total.gpu_j, total.gpu_idle_j, total.split, total.estimate) == (
         150.0,
         15.0,
         "even",
         True,
     )
-    assert total["carbon_g"] == pytest.approx(150 / 3.6e6 * 400, abs=1e-3)
+    assert total.carbon_g == pytest.approx(150 / 3.6e6 * 400, abs=1e-3)
     assert summarize([], 400.0) is None
 
 

@@ -101,9 +101,8 @@ class Requests:
             raise ProtocolError(protocol.REFUSED, refusal)
 
     def _usage(self, job_ids: list[int]) -> dict[int, UsageSummary]:
-        """Each job's usage (the telemetry sink sums it as dicts), checked into its type."""
-        usage = self.parts.telemetry.job_usage(job_ids, self.parts.attempts.attempt_numbers())
-        return msgspec.convert(usage, dict[int, UsageSummary])
+        """Each job's usage summed over its attempts (a running one's live)."""
+        return self.parts.telemetry.job_usage(job_ids, self.parts.attempts.attempt_numbers())
 
     def _tasks_of(self, alone: Collection[int]) -> TasksOf:
         """An array's tasks by its id (JobSpec.with_array_tasks), each read once a request;

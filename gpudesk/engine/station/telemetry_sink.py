@@ -12,10 +12,12 @@ import logging
 import queue
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+
+import msgspec
 
 from gpudesk.core.records import JobSeries
 from gpudesk.core.station import StationConfig
+from gpudesk.core.wire.jobs import AttemptUsageView, UsageSummary
 from gpudesk.core.wire.telemetry import Snapshot
 from gpudesk.engine.state import CurrentStation
 from gpudesk.engine.store.database import Store
@@ -254,7 +256,7 @@ class TelemetrySink:
 
     def record_usage(self, usages: Iterable[AttemptUsage]) -> None:
         grid = self.station.config.grid_intensity
-        self.store.record_usage([(u.attempt_id, u.job_id, u.to_dict(grid)) for u in usages])
+        self.store.record_usage([(u.attempt_id, u.job_id, u.figures(grid)) for u in usages])
 
     def finish(self, attempt_id: int) -> None:
         """An attempt ended: store its last usage figures. Its outcome is stored already, so
@@ -287,7 +289,7 @@ class TelemetrySink:
 
     def job_usage(
         self, job_ids: list[int], attempt_numbers: Mapping[int, int]
-    ) -> dict[int, dict[str, Any]]:
+    ) -> dict[int, UsageSummary]:
         """Each job's usage summed over its attempts; a running attempt's figures are live.
         `attempt_numbers`: running attempt id -> its number within its job."""
         grid = self.station.config.grid_intensity
@@ -295,15 +297,18 @@ class TelemetrySink:
         live = {u.attempt_id: u for u in self.monitor.usage.values()}
         result = {}
         for job_id in job_ids:
-            attempts = {a["attempt"]: a for a in stored.get(job_id, [])}
+            attempts = {a.attempt: a for a in stored.get(job_id, [])}
             for attempt_id, usage in live.items():
                 if usage.job_id == job_id and attempt_id in attempt_numbers:
                     number = attempt_numbers[attempt_id]
-                    attempts[number] = {"attempt": number, **usage.to_dict(grid)}
+                    figures = msgspec.structs.asdict(usage.figures(grid))
+                    attempts[number] = AttemptUsageView(attempt=number, **figures)
             ordered = [attempts[n] for n in sorted(attempts)]
             summary = summarize(ordered, grid)
             if summary is not None:
-                result[job_id] = {**summary, "grid_g_per_kwh": grid, "per_attempt": ordered}
+                result[job_id] = UsageSummary(
+                    **msgspec.structs.asdict(summary), grid_g_per_kwh=grid, per_attempt=ordered
+                )
         return result
 
 

@@ -8,10 +8,13 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+import msgspec
+
 from gpudesk.core.records import UsageSpan
+from gpudesk.core.wire.jobs import AttemptUsageFigures, AttemptUsageView
 from gpudesk.engine.store.connection import StoreConnection
 from gpudesk.engine.store.schema import GPU_ENERGY_METRIC, LIVE_ATTEMPT_STATES
 
@@ -23,19 +26,19 @@ class SampleTables(StoreConnection):
 
     # ------------------------------------------------------------ telemetry
     def record_usage(
-        self, usages: Iterable[tuple[int, int, Mapping[str, Any]]], now: float | None = None
+        self, usages: Iterable[tuple[int, int, AttemptUsageFigures]], now: float | None = None
     ) -> None:
-        """(attempt id, job id, usage dict) for each attempt, replacing what was stored."""
+        """(attempt id, job id, its figures) for each attempt, replacing what was stored."""
         now = time.time() if now is None else now
         with self.transaction() as conn:
             conn.executemany(
                 "INSERT INTO attempt_usage (attempt_id, job_id, updated_at, usage) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (attempt_id) DO UPDATE SET "
                 "updated_at = excluded.updated_at, usage = excluded.usage",
-                [(a, j, now, json.dumps(dict(u))) for a, j, u in usages],
+                [(a, j, now, msgspec.json.encode(u).decode()) for a, j, u in usages],
             )
 
-    def usage(self, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+    def usage(self, job_ids: Sequence[int]) -> dict[int, list[AttemptUsageView]]:
         """Each job's per-attempt usage, oldest attempt first."""
         if not job_ids:
             return {}
@@ -46,9 +49,10 @@ class SampleTables(StoreConnection):
             f"WHERE u.job_id IN ({marks}) ORDER BY u.job_id, a.number",
             list(job_ids),
         )
-        found: dict[int, list[dict[str, Any]]] = {}
+        found: dict[int, list[AttemptUsageView]] = {}
         for job_id, number, usage in rows:
-            found.setdefault(job_id, []).append({"attempt": number, **json.loads(usage)})
+            view = msgspec.convert({"attempt": number, **json.loads(usage)}, AttemptUsageView)
+            found.setdefault(job_id, []).append(view)
         return found
 
     def suspended_s(self, job_ids: Sequence[int]) -> dict[int, float]:

@@ -18,13 +18,12 @@ Per attempt, every interval between two readings is attributed:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import msgspec
 
-from gpudesk.core.wire.jobs import AttemptUsageFigures
+from gpudesk.core.wire.jobs import AttemptUsageFigures, UsageFigures
 from gpudesk.hw.telemetry.model import MPS_SERVER, BackendReading, GpuReading
 from gpudesk.units import carbon_g
 
@@ -224,11 +223,6 @@ class AttemptUsage:
             gpu_sm_mean_pct=rounded(self.gpu_sm_mean_pct),
         )
 
-    def to_dict(self, g_per_kwh: float) -> dict[str, Any]:
-        """Its figures as the store keeps them (a JSON object)."""
-        figures: dict[str, Any] = msgspec.to_builtins(self.figures(g_per_kwh))
-        return figures
-
 
 def rounded(value: float | None, digits: int = 1) -> float | None:
     """For JSON views: a figure to `digits` places, None kept as None."""
@@ -298,14 +292,13 @@ def attribute_cpu(
             usage[attempt_id].cpu_j = (usage[attempt_id].cpu_j or 0.0) + package_j * share
 
 
-def summarize(attempts: list[dict[str, Any]], g_per_kwh: float) -> dict[str, Any] | None:
-    """Usage summed over attempts (each an `AttemptUsage.to_dict()`), or over jobs (each such
-    a sum)."""
-    if not attempts:
+def summarize(figures: Sequence[UsageFigures], g_per_kwh: float) -> UsageFigures | None:
+    """Usage summed over attempts, or over jobs (each such a sum); None over none."""
+    if not figures:
         return None
 
     def total(key: str, *, all_known: bool = False) -> float | None:
-        values = [a.get(key) for a in attempts]
+        values = [getattr(f, key) for f in figures]
         known = [v for v in values if v is not None]
         if not known or (all_known and len(known) != len(values)):
             return None
@@ -313,22 +306,22 @@ def summarize(attempts: list[dict[str, Any]], g_per_kwh: float) -> dict[str, Any
 
     gpu_j, cpu_j = total("gpu_j"), total("cpu_j")
     everything = None if gpu_j is None and cpu_j is None else (gpu_j or 0.0) + (cpu_j or 0.0)
-    sources = sorted({s for a in attempts for s in (a.get("gpu_source") or "").split("+") if s})
-    splits = [str(a["split"]) for a in attempts if a.get("split")]
-    return {
-        "gpu_j": rounded(gpu_j),
-        "gpu_idle_j": rounded(total("gpu_idle_j", all_known=True)) if gpu_j is not None else None,
-        "gpu_above_idle_j": rounded(total("gpu_above_idle_j", all_known=True))
+    sources = sorted({s for f in figures for s in (f.gpu_source or "").split("+") if s})
+    splits = [f.split for f in figures if f.split]
+    return UsageFigures(
+        gpu_j=rounded(gpu_j),
+        gpu_idle_j=rounded(total("gpu_idle_j", all_known=True)) if gpu_j is not None else None,
+        gpu_above_idle_j=rounded(total("gpu_above_idle_j", all_known=True))
         if gpu_j is not None
         else None,
-        "gpu_source": "+".join(sources) or None,
-        "split": max(splits, key=SPLIT_ORDER.index) if splits else None,
-        "estimate": any(a.get("estimate") for a in attempts),
-        "cpu_j": rounded(cpu_j),
-        "total_j": rounded(everything),
-        "carbon_g": rounded(carbon_g(everything, g_per_kwh), 3),
-        "cpu_s": rounded(total("cpu_s"), 2),
-        "rss_peak_mib": rounded(max((a.get("rss_peak_mib") or 0.0) for a in attempts)),
-        "io_read_mib": rounded(total("io_read_mib")),
-        "io_write_mib": rounded(total("io_write_mib")),
-    }
+        gpu_source="+".join(sources) or None,
+        split=max(splits, key=SPLIT_ORDER.index) if splits else None,
+        estimate=any(f.estimate for f in figures),
+        cpu_j=rounded(cpu_j),
+        total_j=rounded(everything),
+        carbon_g=rounded(carbon_g(everything, g_per_kwh), 3),
+        cpu_s=rounded(total("cpu_s"), 2),
+        rss_peak_mib=rounded(max((f.rss_peak_mib or 0.0) for f in figures)),
+        io_read_mib=rounded(total("io_read_mib")),
+        io_write_mib=rounded(total("io_write_mib")),
+    )
