@@ -91,7 +91,9 @@ def owners() -> list[Identity]:
 
 
 def usage_templates(rng: random.Random) -> list[str]:
-    """A few attempts' usage as the engine stores it (AttemptUsage.to_dict), as JSON."""
+    """A few attempts' usage as the engine stores it (AttemptUsage.figures), as JSON."""
+    import msgspec
+
     from gpudesk.core.station import DEFAULT_GRID_G_PER_KWH
     from gpudesk.hw.telemetry.energy import AttemptUsage
 
@@ -114,7 +116,7 @@ def usage_templates(rng: random.Random) -> list[str]:
             gpu_sm_total=rng.uniform(10, 80) * 100 if gpu else 0.0,
             gpu_sm_samples=100 if gpu else 0,
         )
-        out.append(json.dumps(usage.to_dict(DEFAULT_GRID_G_PER_KWH)))
+        out.append(msgspec.json.encode(usage.figures(DEFAULT_GRID_G_PER_KWH)).decode())
     return out
 
 

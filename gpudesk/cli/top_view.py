@@ -88,10 +88,9 @@ class TopView:
     mig_unknown: frozenset[int] = frozenset()
 
     def to_json(self) -> dict[str, Any]:
-        """`top --json`: the snapshot's fields, then top's own."""
-        from gpudesk.api.models import to_builtins
-
-        view: dict[str, Any] = to_builtins(self.snapshot)
+        """`top --json`: the snapshot's fields, every one (null where unknown, as the direct
+        sampler always printed them), then top's own."""
+        view: dict[str, Any] = _every_field(self.snapshot)
         for gpu in view["gpus"]:
             if gpu["index"] in self.mig_unknown:
                 gpu["mig_enabled"], gpu["mig_unknown"] = None, True
@@ -102,6 +101,19 @@ class TopView:
             jobs_known=self.jobs_known,
         )
         return view
+
+
+def _every_field(value: Any) -> Any:
+    """A wire struct as JSON-ready builtins with each of its fields, those at their default
+    too (the wire leaves those out: `WireModel`'s omit_defaults)."""
+    fields = getattr(value, "__struct_fields__", None)
+    if fields is not None:
+        return {name: _every_field(getattr(value, name)) for name in fields}
+    if isinstance(value, list):
+        return [_every_field(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _every_field(item) for key, item in value.items()}
+    return value
 
 
 def open_source(home: Home, env: dict[str, str] | None = None) -> Source:

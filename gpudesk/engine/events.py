@@ -8,6 +8,7 @@ events are in the store too, so a subscriber that missed some can read them ther
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -19,6 +20,8 @@ from gpudesk.core.wire.events import JobEvent, TelemetryEvent
 from gpudesk.core.wire.telemetry import Snapshot
 from gpudesk.engine.control_socket import ControlSocket
 from gpudesk.engine.store.database import Store
+
+log = logging.getLogger("gpudesk.engine")
 
 
 class EventPublisher:
@@ -52,7 +55,10 @@ class EventPublisher:
         )
         self._send("job", event)
         for listener in self.listeners:
-            listener(record)
+            try:  # one's failure stops neither the next (the end hooks) nor what changed the job
+                listener(record)
+            except Exception:
+                log.exception("a job-change listener failed on job %d", record.id)
 
     def telemetry(self, snapshot: Snapshot) -> None:
         if self.socket is not None:  # not made at all when no one could hear it

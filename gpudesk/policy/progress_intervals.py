@@ -237,7 +237,7 @@ class AloneActivity(msgspec.Struct):
 
 def slice_size(latest: Snapshot | None, gpu: int, mig_slice: str | None) -> tuple[int, int]:
     """The compute and memory slices of MIG device `mig_slice` on GPU `gpu`, as the latest
-    telemetry sample (`latest`: the monitor's view) names it; (0, 0) where it does not."""
+    telemetry sample (the monitor's Snapshot) names it; (0, 0) where it does not."""
     reading = None if latest is None else latest.gpu(gpu)
     if reading is None:
         return 0, 0

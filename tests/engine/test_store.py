@@ -73,6 +73,32 @@ def test_a_version_22_store_gets_the_names_in_its_listing_index(tmp_path: Path) 
     store.close()
 
 
+def test_usage_another_engine_stored_is_read_with_what_it_has(store: Store, tmp_path: Path) -> None:
+    """A row an older engine wrote (no GPU memory peak, no mean SM share): None for what it
+    lacks; one a newer engine wrote: the fields this one knows; one that is no usage at all (a
+    damaged store): left out, not an error for every job listed with it."""
+    rows = [
+        '{"gpu_j": 12.5, "cpu_s": 3.0, "estimate": true}',
+        '{"gpu_j": 1.0, "watts_to_come": 7}',
+        '{"gpu_j": "x"}',
+        "[1]",
+    ]
+    jobs = store.submit([JobSpec(name=f"u{i}", command=("true",)) for i in range(len(rows))])
+    for job, text in zip(jobs, rows, strict=True):
+        attempt = store.start_attempt(job.id, {"slot": "cpu:0"}, tmp_path / "jobs")
+        store.record_usage([(attempt.id, job.id, usage_figures())])
+        with store._conn:
+            sql = "UPDATE attempt_usage SET usage = ? WHERE attempt_id = ?"
+            store._conn.execute(sql, (text, attempt.id))
+    found = store.usage([job.id for job in jobs])
+    assert set(found) == {jobs[0].id, jobs[1].id}
+    (older,) = found[jobs[0].id]
+    assert (older.attempt, older.gpu_j, older.cpu_s, older.estimate) == (1, 12.5, 3.0, True)
+    assert older.gpu_memory_peak_mib is None and older.gpu_sm_mean_pct is None
+    (newer,) = found[jobs[1].id]
+    assert (newer.gpu_j, newer.estimate) == (1.0, False)
+
+
 def test_usage_and_series_round_trip(store: Store, tmp_path: Path) -> None:
     (job,) = store.submit([JobSpec(name="u", command=("true",))])
     first = store.start_attempt(job.id, {"slot": "gpu:0"}, tmp_path / "jobs")
@@ -80,6 +106,7 @@ def test_usage_and_series_round_trip(store: Store, tmp_path: Path) -> None:
     store.record_usage([(first.id, job.id, usage_figures(gpu_j=30.0))])  # replaced, not added
     (stored,) = store.usage([job.id])[job.id]
     assert (stored.attempt, stored.gpu_j) == (1, 30.0)
+
     assert store.usage([]) == {}
     store.add_samples(
         [(100.0, 0, "power_w", 250.0), (110.0, 0, "power_w", 260.0)],

@@ -17,6 +17,7 @@ from gpudesk.core.records import UsageSpan
 from gpudesk.core.wire.jobs import AttemptUsageFigures, AttemptUsageView
 from gpudesk.engine.store.connection import StoreConnection
 from gpudesk.engine.store.schema import GPU_ENERGY_METRIC, LIVE_ATTEMPT_STATES
+from gpudesk.hw.telemetry.energy import stored_usage
 
 _LIVE_MARKS = ",".join("?" * len(LIVE_ATTEMPT_STATES))
 
@@ -51,8 +52,9 @@ class SampleTables(StoreConnection):
         )
         found: dict[int, list[AttemptUsageView]] = {}
         for job_id, number, usage in rows:
-            view = msgspec.convert({"attempt": number, **json.loads(usage)}, AttemptUsageView)
-            found.setdefault(job_id, []).append(view)
+            view = stored_usage(number, usage)
+            if view is not None:
+                found.setdefault(job_id, []).append(view)
         return found
 
     def suspended_s(self, job_ids: Sequence[int]) -> dict[int, float]:

@@ -18,12 +18,13 @@ Per attempt, every interval between two readings is attributed:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
 
-from gpudesk.core.wire.jobs import AttemptUsageFigures, UsageFigures
+from gpudesk.core.wire.jobs import AttemptUsageFigures, AttemptUsageView, UsageFigures
 from gpudesk.hw.telemetry.model import MPS_SERVER, BackendReading, GpuReading
 from gpudesk.units import carbon_g
 
@@ -222,6 +223,24 @@ class AttemptUsage:
             gpu_memory_peak_mib=rounded(self.gpu_memory_peak_mib),
             gpu_sm_mean_pct=rounded(self.gpu_sm_mean_pct),
         )
+
+
+def stored_usage(number: int, text: str) -> AttemptUsageView | None:
+    """An attempt's stored usage as its type. A row an older engine wrote has fewer fields
+    (no GPU memory peak, no mean SM share): None for what it lacks; one a newer engine wrote may
+    have more, which are left out. A row that is not usage at all (a damaged store) is none."""
+    try:
+        stored = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(stored, dict):
+        return None
+    fields = {name: stored.get(name) for name in AttemptUsageFigures.__struct_fields__}
+    fields["estimate"] = bool(stored.get("estimate"))
+    try:
+        return msgspec.convert({**fields, "attempt": number}, AttemptUsageView)
+    except msgspec.ValidationError:
+        return None
 
 
 def rounded(value: float | None, digits: int = 1) -> float | None:

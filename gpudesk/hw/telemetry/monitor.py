@@ -2,8 +2,9 @@
 
 `collect()` does the slow part — the GPU backend, psutil, RAPL — and touches nothing the engine
 owns, so the engine runs it on a thread. `ingest()` turns what was collected into the station
-view (a JSON-ready dict, the `gpudesk top --json` contract), credits energy and host use to each
-running attempt, and keeps short in-memory history for live views.
+view (the wire's `Snapshot`: what the `telemetry` reply and event carry, and `gpudesk top`
+draws), credits energy and host use to each running attempt, and keeps short in-memory history
+for live views.
 """
 
 from __future__ import annotations
@@ -366,13 +367,13 @@ class Monitor:
                 )
         points = [
             HistoryGpu(
-                v.index,
-                v.memory_used_mib,
-                v.kernel_active_pct,
-                v.sm_activity_pct,
-                v.power_w,
-                v.temperature_c,
-                v.energy_j,
+                index=v.index,
+                memory_used_mib=v.memory_used_mib,
+                kernel_active_pct=v.kernel_active_pct,
+                sm_activity_pct=v.sm_activity_pct,
+                power_w=v.power_w,
+                temperature_c=v.temperature_c,
+                energy_j=v.energy_j,
             )
             for v in gpu_views
         ]
