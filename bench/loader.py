@@ -421,10 +421,7 @@ def role_consumer(spec: dict[str, Any]) -> None:
         from gpudesk.paths import Home
 
         info_path = Home.from_env().loader_paths(spec["loader_name"])[2]
-        while not (
-            (info := read_info(info_path))
-            and process_alive(int(info.get("pid", 0)), info.get("create_time"))
-        ):
+        while not ((info := read_info(info_path)) and process_alive(info.pid, info.create_time)):
             time.sleep(0.01)
         loader = SharedLoader(spec["loader_name"], batch_size=spec["batch_size"])
 

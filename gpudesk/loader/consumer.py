@@ -65,6 +65,7 @@ from gpudesk.loader.protocol import (
     ENV_DATASET,
     ENV_RESUME_S,
     LoaderError,
+    ProducerInfo,
     check_name,
     decode,
     encode,
@@ -198,10 +199,10 @@ class SharedLoader:
         self._mirror_gen = 0
         self.data_path = "host"  # "staged" once batches come from the mirror; else host: why
 
-    def _no_producer(self, wait: float, info: dict[str, Any] | None) -> str:
+    def _no_producer(self, wait: float, info: ProducerInfo | None) -> str:
         """Why there is no producer to read, and what to do, in one paragraph."""
         fallback = ", and no local fallback was asked for (pass factory=... and fallback=True)"
-        if info and info.get("not_started") and not info.get("given_up"):  # station_access.py
+        if info and info.not_started and not info.given_up:  # station_access.py
             return (
                 f"{self._failed_producer(info)}. Fix that (or ask the station's admin to): the "
                 f"engine tries again for the next job naming the dataset{fallback}"
@@ -252,23 +253,23 @@ class SharedLoader:
             )
         return str(self.home.loader_log(self.name))
 
-    def _failed_producer(self, info: dict[str, Any] | None) -> str:
+    def _failed_producer(self, info: ProducerInfo | None) -> str:
         """A producer's final failure (`final_failure`), for the user: the dataset, the reason,
         and the engine's log of it."""
         assert info is not None
-        if info.get("not_started"):  # what the engine said (station_access.engines_word)
+        if info.not_started:  # what the engine said (station_access.engines_word)
             engine = "the station's engine" if self.home.is_system else "the engine"
             return (
                 f"{engine} did not start the producer of the shared loader {self.name!r}: "
                 f"{final_failure(info)}"
             )
-        log = f" (its log: {self._log})" if info.get("managed") else ""
+        log = f" (its log: {self._log})" if info.managed else ""
         return (
             f"the producer of the shared loader {self.name!r} failed for good{log}, and is "
             f"not started again with the same settings: {final_failure(info)}"
         )
 
-    def _running_producer(self, wait: float) -> dict[str, Any] | None:
+    def _running_producer(self, wait: float) -> ProducerInfo | None:
         """The info of the live producer for this name, waiting up to `wait` s for one, and for
         as long as a live one says it is preparing (a data selection's pre-pass); or, at once,
         the info of one that failed for good (`final_failure`), or what a station's engine said
@@ -291,12 +292,12 @@ class SharedLoader:
             if stopping_reason(info):
                 info = None  # it stops (handshake.py): none to read, but one may come up
             if info and recorded_runs(info):
-                if not info.get("preparing"):
+                if not info.preparing:
                     return info
                 if not said:
                     print(
                         f"waiting for the shared loader {self.name!r}: its producer (pid "
-                        f"{info['pid']}) is preparing {info['preparing']}",
+                        f"{info.pid}) is preparing {info.preparing}",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -308,7 +309,7 @@ class SharedLoader:
                 return None
             time.sleep(0.05)
 
-    def _engines_word(self) -> dict[str, Any] | None:
+    def _engines_word(self) -> ProducerInfo | None:
         """What the engine said of a producer it did not start or gave up (`engines_word`),
         unless another producer holds the name now (`name_holder`: one started by hand, coming
         up), which this consumer waits for instead, saying so once: the engine's word is true
@@ -334,7 +335,7 @@ class SharedLoader:
         return None
 
     # ------------------------------------------------------------- connecting
-    def _connect(self, info: dict[str, Any], resume: bool) -> None:
+    def _connect(self, info: ProducerInfo, resume: bool) -> None:
         """Say hello to the producer `info` describes and take its welcome (`handshake.py`)."""
         connect(self, info, resume)
 

@@ -35,6 +35,7 @@ from gpudesk.loader.lease import lease_info
 from gpudesk.loader.protocol import (
     STEP_MS,
     LoaderError,
+    ProducerInfo,
     decode,
     encode,
     final_failure,
@@ -57,11 +58,11 @@ class ProducerStopped(LoaderError):
 
 
 def await_answer(
-    sock: zmq.Socket[bytes], info: dict[str, Any], info_path: Path, name: str
+    sock: zmq.Socket[bytes], info: ProducerInfo, info_path: Path, name: str
 ) -> dict[str, Any]:
     """The producer's answer to the hello just sent on `sock` (a welcome or a refusal), the
     producer being the one `info` describes; ProducerStopped where it stops or is gone."""
-    pid = info.get("pid")
+    pid = info.pid
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
     while not sock.poll(STEP_MS):
         why = gone(info, info_path)
@@ -83,7 +84,7 @@ def stopped(name: str, pid: Any, why: str) -> str:
     return f"the producer for {name!r} (pid {pid}) stopped as this consumer connected: {why}"
 
 
-def connect_first(loader: SharedLoader, wait: float) -> tuple[dict[str, Any] | None, str | None]:
+def connect_first(loader: SharedLoader, wait: float) -> tuple[ProducerInfo | None, str | None]:
     """Find the loader's producer, waiting up to `wait` s for one (`_running_producer`), and
     connect to it; one that stops as it is said hello to is passed over for one that comes up
     in its place within what is left of `wait`. Returns the info of the producer connected to
@@ -104,7 +105,7 @@ def connect_first(loader: SharedLoader, wait: float) -> tuple[dict[str, Any] | N
         return info, None
 
 
-def connect(loader: SharedLoader, info: dict[str, Any], resume: bool) -> None:
+def connect(loader: SharedLoader, info: ProducerInfo, resume: bool) -> None:
     """Say hello to the producer `info` describes (as from where `loader` is in its epoch, when
     it resumes) and take its welcome: the ring's descriptor, the producer's stream and lease,
     and its staged mirror where this consumer may read it. Its refusal, a stop or a silence is
@@ -117,7 +118,10 @@ def connect(loader: SharedLoader, info: dict[str, Any], resume: bool) -> None:
     sock = context.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVHWM, 0)  # the producer bounds what it sends by the ring size
-    sock.connect(info["control"])
+    if not info.control:
+        sock.close()
+        raise ProducerStopped(stopped(loader.name, info.pid, "its info file names no socket"))
+    sock.connect(info.control)
     state = None
     if resume:
         state = {
@@ -169,7 +173,7 @@ def connect(loader: SharedLoader, info: dict[str, Any], resume: bool) -> None:
         loader.batch_size = loader.producer_batch
     if not resume:
         loader.epoch = int(reply["epoch"])  # the producer epoch this consumer epoch follows
-        loader.identity = info.get("identity")  # what a restarted producer must match
+        loader.identity = info.identity  # what a restarted producer must match
     loader._held.clear()
     loader._leases.reset()
     loader._need, loader.lease_limit = lease_info(reply, loader.batch_size, loader.producer_batch)

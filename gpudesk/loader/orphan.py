@@ -16,7 +16,7 @@ it counts as orphaned too. That is harmless: it stops only with no consumer for 
 the engine starts again a producer a job needs (`services/loaders.py` `tick`).
 
 It says so while it serves on (`IdleExit.orphan`, a LoaderOrphan): in its info file and its
-status, so in `gpudesk loader status` and the desk; `orphan_of` reads it back.
+status, so in `gpudesk loader status` and the desk; `orphan_of` reads a status's back.
 """
 
 from __future__ import annotations
@@ -113,8 +113,9 @@ class IdleExit:
 
 
 def orphan_of(report: dict[str, Any] | None) -> LoaderOrphan | None:
-    """The orphaned state an info file or a status report gives: None where it has none (its
-    engine is there, or the producer predates the field) or one that is not one."""
+    """The orphaned state a status report gives: None where it has none (its engine is there,
+    or the producer predates the field) or one that is not one. (An info file's is typed:
+    `protocol.ProducerInfo.orphaned`.)"""
     raw = (report or {}).get("orphaned")
     try:
         return None if raw is None else msgspec.convert(raw, LoaderOrphan)

@@ -66,6 +66,7 @@ from gpudesk.loader.producer_info import (
 from gpudesk.loader.protocol import (
     FinalError,
     LoaderError,
+    ProducerInfo,
     check_name,
     decode,
     encode,
@@ -110,7 +111,7 @@ class Producer:
         self.selection: Any = None  # a gpudesk.selection.apply.DatasetSelection, if asked for
         self.selection_cache: Any = None
         self.selection_cpu_s = 0.0
-        self.previous_info: dict[str, Any] | None = None
+        self.previous_info: ProducerInfo | None = None
         self.first_user_paid = False  # the first job served a fresh pre-pass is not a reuse
         self.staging = Staging(self.config.device)
         self.decoder: DeviceDecoder | None = None  # set where the producer decodes on its GPU

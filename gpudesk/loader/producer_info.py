@@ -21,6 +21,7 @@ from gpudesk.loader.fetch import Key
 from gpudesk.loader.producer_config import ProducerConfig
 from gpudesk.loader.protocol import (
     LoaderError,
+    ProducerInfo,
     decode,
     encode,
     read_info,
@@ -45,7 +46,7 @@ class Claim:
     before it (if any), and the stream key it goes on from."""
 
     lock: int
-    previous: dict[str, Any] | None
+    previous: ProducerInfo | None
     start: Key
 
 
@@ -72,40 +73,39 @@ def claim(config: ProducerConfig, info_path: Path, sockets: Sequence[Path]) -> C
     if info is not None:
         if recorded_runs(info):
             raise LoaderError(
-                f"a producer for {config.name!r} already runs (pid {info['pid']}); stop it first"
+                f"a producer for {config.name!r} already runs (pid {info.pid}); stop it first"
             )
-        if info.get("identity") == config.identity() and info.get("stream_next"):
-            start = tuple(info["stream_next"])
+        if info.identity == config.identity() and info.stream_next:
+            start = info.stream_next
     for path in sockets:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
     return Claim(lock, info, start)
 
 
-def write_serving(producer: Producer, **state: Any) -> None:
+def write_serving(producer: Producer, stopping: str | None = None) -> None:
     """Say, in a producer's info file, where consumers reach it and where its stream is (a
     restarted producer continues from there); whether it has lost its engine (`orphaned`, as
-    in its status) and whatever else `state` adds."""
+    in its status), and why it stops where it does."""
     write_info(
         producer.info_path,
-        {
-            "name": producer.config.name,
-            **this_process(),
-            "control": f"ipc://{producer.ctl_path}",
-            "fd_socket": str(producer.fd_path),
-            "identity": producer.config.identity(),
-            "stream_next": list(producer.stream_position()),
-            "managed": producer.config.managed,
-            "started_at": producer.started,
-            **orphaned(producer, time.monotonic()),
-            **state,
-        },
+        this_process(
+            name=producer.config.name,
+            control=f"ipc://{producer.ctl_path}",
+            fd_socket=str(producer.fd_path),
+            identity=producer.config.identity(),
+            stream_next=producer.stream_position(),
+            managed=producer.config.managed,
+            started_at=producer.started,
+            orphaned=producer.idle.orphan(bool(producer.consumers), time.monotonic()),
+            stopping=stopping,
+        ),
     )
 
 
 def orphaned(producer: Producer, now: float) -> dict[str, Any]:
     """`{"orphaned": ...}` while the producer's engine is gone (`orphan.py`), else nothing: for
-    its info file and its status alike."""
+    its status."""
     state = producer.idle.orphan(bool(producer.consumers), now)
     return {} if state is None else {"orphaned": msgspec.to_builtins(state)}
 
@@ -167,32 +167,30 @@ def write_preparing(producer: Producer, what: str) -> None:
     """Say, in a producer's info file, before a long preparation (a selection's pre-pass),
     that the producer is coming: consumers wait for it instead of giving up. The stream
     position of the producer before it is kept, for a restart after a failure here."""
-    _write_state(producer, {"preparing": what})
+    _write_state(producer, preparing=what)
 
 
 def write_failed(producer: Producer, reason: str) -> None:
     """Say, in a producer's info file, that it failed for good and why (`final_failure`): its
     consumers stop waiting for it, and the engine does not start it again. The stream position
     of the producer before it is kept, for a successor with settings that work."""
-    _write_state(producer, {"failed": reason, "transient": False, "failed_at": time.time()})
+    _write_state(producer, failed=reason, transient=False, failed_at=time.time())
 
 
-def _write_state(producer: Producer, state: dict[str, Any]) -> None:
-    kept = {
-        key: value
-        for key, value in (producer.previous_info or {}).items()
-        if key in ("identity", "stream_next")
-    }
+def _write_state(producer: Producer, **state: Any) -> None:
+    """The info file of a producer that does not serve (yet): `state`, and its predecessor's
+    stream, kept."""
+    previous = producer.previous_info
     write_info(
         producer.info_path,
-        {
-            **kept,
-            "name": producer.config.name,
-            **this_process(),
+        this_process(
+            identity=previous.identity if previous else None,
+            stream_next=previous.stream_next if previous else None,
+            name=producer.config.name,
+            managed=producer.config.managed,
+            started_at=producer.started,
             **state,
-            "managed": producer.config.managed,
-            "started_at": producer.started,
-        },
+        ),
     )
 
 

@@ -30,10 +30,14 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from gpudesk.core.datasets import NAME
+from gpudesk.core.wire.station import LoaderOrphan
 from gpudesk.hw import boottime, process_start
+from gpudesk.loader.restarts import RestartNote
 from gpudesk.text import printable_line
 
 ENV_RESUME_S = "GPUDESK_LOADER_RESUME_S"  # how long a consumer waits for a restarted producer
@@ -78,46 +82,79 @@ def decode(raw: bytes) -> dict[str, Any]:
 # while waiting for a producer's answer (to a hello, to a status request), it is looked at this
 # often (`gone`): a producer that stops answers nothing more
 STEP_MS = 200
+# Linux's PID_MAX_LIMIT on 64-bit machines (include/linux/threads.h: 4 * 1024 * 1024): no pid is
+# larger, so an info file naming one is damaged, or a member's as she liked
+PID_MAX_LIMIT = 4 * 1024 * 1024
 INFO_MAX_BYTES = 1 << 20  # an info file is ~1 KiB; more is not one (assumption: 1000x margin)
 
 
-def read_info(path: Path, owner_uid: int | None = None) -> dict[str, Any] | None:
-    """A producer's info file, or None when there is none (or it is being replaced, or is not a
-    plain file). Opened as untrusted (`gpudesk.untrusted`): a link is not followed, a FIFO does
-    not block, a file over INFO_MAX_BYTES is no info; `owner_uid`: only a file of that user (a
-    system engine's root reading a producer's run as a member, loader/station_access.py)."""
+class ProducerInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A producer's info file (producer_info.py writes it), and the engine's word beside it
+    (`station_access.engines_word`: `not_started`, `given_up`, `restarting`). Every field may be
+    absent: an older producer wrote fewer (`create_time` for `started`), and a file that is
+    there is read as it is. A field of another type than these makes the file no info at all
+    (`read_info`): on a station its owner writes it, and root believes nothing of it then."""
+
+    name: str | None = None
+    pid: Annotated[int, msgspec.Meta(ge=0, le=PID_MAX_LIMIT)] = 0  # its process (0: none named)
+    started: float | None = None  # its start, as process_start.started() gives it
+    create_time: float | None = None  # an earlier gpudesk's start (psutil's create_time())
+    boot_id: str | None = None  # the boot it started in: in another, it runs no more
+    control: str | None = None  # its control socket's address (ipc://...)
+    fd_socket: str | None = None  # where its ring's descriptor is handed out
+    identity: dict[str, Any] | None = None  # what a restarted producer must match to go on
+    stream_next: tuple[int, int] | None = None  # (epoch, batch): where its stream goes on
+    managed: bool = False  # the engine started it
+    started_at: float | None = None  # wall clock
+    orphaned: LoaderOrphan | None = None  # its engine is gone (orphan.py)
+    preparing: str | None = None  # what it prepares before it serves (a selection's pre-pass)
+    stopping: str | None = None  # why it stops (said before its sockets close)
+    failed: str | None = None  # why it failed
+    transient: bool | None = None  # False: for good (`final_failure`)
+    failed_at: float | None = None
+    not_started: bool = False  # the engine's word: it did not start it (or gave it up)
+    given_up: bool = False  # ... and starts it no more until its dataset is registered again
+    restarting: RestartNote | None = None  # the engine's word: it restarts it
+
+
+_INFO_DECODER = msgspec.json.Decoder(ProducerInfo)
+
+
+def read_info(path: Path, owner_uid: int | None = None) -> ProducerInfo | None:
+    """A producer's info file, or None when there is none (or it is being replaced, is not a
+    plain file, or is not a ProducerInfo). Opened as untrusted (`gpudesk.untrusted`): a link is
+    not followed, a FIFO does not block, a file over INFO_MAX_BYTES is no info; `owner_uid`:
+    only a file of that user (a system engine's root reading a producer's run as a member,
+    loader/station_access.py)."""
     from gpudesk.untrusted import read_untrusted
 
     try:
-        data = json.loads(read_untrusted(path, owner_uid, INFO_MAX_BYTES))
-    except (OSError, ValueError, RecursionError):  # not JSON, or nested past the stack
+        return _INFO_DECODER.decode(read_untrusted(path, owner_uid, INFO_MAX_BYTES))
+    except (OSError, msgspec.DecodeError, RecursionError):  # not JSON, or not of this shape
         return None
-    return data if isinstance(data, dict) else None
 
 
-def write_info(path: Path, info: dict[str, Any]) -> None:
+def write_info(path: Path, info: ProducerInfo) -> None:
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(info, indent=1))
+    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(info), indent=1))
     os.replace(tmp, path)
 
 
-def final_failure(info: dict[str, Any] | None) -> str | None:
+def final_failure(info: ProducerInfo | None) -> str | None:
     """Why the producer whose info file this is failed for good, or None when it did not: a
     producer that cannot start with its settings leaves its reason there (`failed`, with
     `transient: false`) for its consumers and the engine, which then wait for it no longer."""
-    if info is None or info.get("transient") is not False:
+    if info is None or info.transient is not False:
         return None
-    reason = info.get("failed")
-    return reason if isinstance(reason, str) and reason else None
+    return info.failed or None
 
 
-def stopping_reason(info: dict[str, Any] | None) -> str | None:
+def stopping_reason(info: ProducerInfo | None) -> str | None:
     """Why the producer whose info file this is stops, or None when it does not: a producer
     says so (`stopping`) as it begins to, before its sockets close (producer_info.say_stopping),
     for the consumers that found it a moment before. An info file without it (one of a producer
     older than the field) serves."""
-    reason = (info or {}).get("stopping")
-    return reason if isinstance(reason, str) and reason else None
+    return (info.stopping or None) if info is not None else None
 
 
 def clear_failure(path: Path) -> None:
@@ -147,30 +184,32 @@ def process_alive(pid: int, started: object = None) -> bool:
     return process_start.runs(pid, started)
 
 
-def this_process() -> dict[str, Any]:
-    """This process as an info file names it: its pid, its start and the boot it is in."""
+def this_process(**fields: Any) -> ProducerInfo:
+    """This process as an info file names it: its pid, its start and the boot it is in, with
+    `fields` (ProducerInfo's)."""
     pid = os.getpid()
-    return {"pid": pid, "started": process_start.started(pid), "boot_id": boottime.boot_id()}
+    started = process_start.started(pid)
+    return ProducerInfo(pid=pid, started=started, boot_id=boottime.boot_id(), **fields)
 
 
-def recorded_pid(info: dict[str, Any]) -> int:
-    """The pid an info file names; 0 (no process) where it names none that is a number (a
-    damaged file, or one a member wrote as she liked)."""
-    pid = info.get("pid", 0)
-    return pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else 0
+def recorded_pid(info: ProducerInfo) -> int:
+    """The pid an info file names; 0 where it names none. On a station its owner may write
+    any pid there: root believes it only as `station_access.believed_pid` says."""
+    return info.pid
 
 
-def recorded_start(info: dict[str, Any]) -> object:
+def recorded_start(info: ProducerInfo | dict[str, Any]) -> object:
     """The start an info file or a welcome gives its process: `started`, or `create_time` from
     a producer of an earlier gpudesk (process_start reads both forms)."""
+    if isinstance(info, ProducerInfo):
+        return info.started if info.started is not None else info.create_time
     return info.get("started", info.get("create_time"))
 
 
-def recorded_runs(info: dict[str, Any]) -> bool:
+def recorded_runs(info: ProducerInfo) -> bool:
     """True while the process an info file names (this_process(), or the older `create_time`)
     runs; in another boot than the one it was recorded in, none does."""
-    boot = info.get("boot_id")
-    if boot is not None and boot != boottime.boot_id():
+    if info.boot_id is not None and info.boot_id != boottime.boot_id():
         return False
     return process_alive(recorded_pid(info), recorded_start(info))
 
@@ -178,7 +217,7 @@ def recorded_runs(info: dict[str, Any]) -> bool:
 EXITED = "it has exited"  # `gone`'s word for a producer no longer running
 
 
-def gone(info: dict[str, Any], info_path: Path, owner_uid: int | None = None) -> str | None:
+def gone(info: ProducerInfo, info_path: Path, owner_uid: int | None = None) -> str | None:
     """Why the producer `info` describes will not answer (it has exited, or it stops, saying
     why in its info file, of `owner_uid` where given); None while it is there to serve. Asked
     between short waits by whoever waits for its answer (a consumer's hello, a status request),
@@ -187,4 +226,4 @@ def gone(info: dict[str, Any], info_path: Path, owner_uid: int | None = None) ->
     if not recorded_runs(info):
         return EXITED
     now = read_info(info_path, owner_uid)
-    return stopping_reason(now) if now is not None and now.get("pid") == pid else None
+    return stopping_reason(now) if now is not None and now.pid == pid else None

@@ -69,11 +69,11 @@ def reconnect(loader: SharedLoader, why: str) -> None:
             info = None  # it stops as it came (handshake.py): wait for the one in its place
         pid = recorded_pid(info) if info else 0
         if info and pid != loader.producer_pid and recorded_runs(info):
-            if info.get("preparing"):  # it comes back after its pre-pass: wait for it
+            if info.preparing:  # it comes back after its pre-pass: wait for it
                 deadline = max(deadline, time.monotonic() + PREPARING_POLL_S)
                 time.sleep(0.1)
                 continue
-            if info.get("identity") != loader.identity:
+            if info.identity != loader.identity:
                 raise LoaderError(
                     f"{why}; the producer now running for {loader.name!r} (pid {pid}) has "
                     "other settings (dataset, batch size, seed or shuffle), so this consumer "

@@ -19,11 +19,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
-from typing import Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from gpudesk.loader.workers import signal_name
+
+if TYPE_CHECKING:
+    from gpudesk.loader.protocol import ProducerInfo
 from gpudesk.text import printable_line
 
 RESTART_LIMIT = 5  # restarts in a row without a consumer connecting: then give up
@@ -51,12 +54,9 @@ class RestartNote(msgspec.Struct, frozen=True):
         )
 
 
-def restart_note(said: dict[str, Any] | None) -> RestartNote | None:
+def restart_note(said: ProducerInfo | None) -> RestartNote | None:
     """The restart note in what the engine said (`station_access.engines_word`), or None."""
-    try:
-        return msgspec.convert((said or {}).get("restarting"), RestartNote)
-    except msgspec.ValidationError:
-        return None
+    return None if said is None else said.restarting
 
 
 @dataclass

@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpudesk.loader.protocol import LoaderError
+from gpudesk.loader.protocol import LoaderError, ProducerInfo
 
 if TYPE_CHECKING:
     from gpudesk.loader.consumer import SharedLoader
@@ -161,7 +161,7 @@ def restore(loader: SharedLoader, state_dict: Any) -> None:
 
 
 def rejoin(
-    loader: SharedLoader, info: dict[str, Any], epoch: int, done: set[int], begun: dict[int, int]
+    loader: SharedLoader, info: ProducerInfo, epoch: int, done: set[int], begun: dict[int, int]
 ) -> None:
     """Say hello again as from `epoch`, having `done` of it and `begun` some of its batches: the
     producer gives the rest, as it does to a consumer after its own restart (`reconnect.py`)."""
@@ -174,7 +174,7 @@ def rejoin(
     loader._connect(info, resume=True)
 
 
-def join_ranks(loader: SharedLoader, info: dict[str, Any] | None) -> None:
+def join_ranks(loader: SharedLoader, info: ProducerInfo | None) -> None:
     """The ranks of a process group start at the same producer epoch (else their shares would be
     of different epochs); and where their batch counts would differ, say so."""
     from gpudesk.loader.contract import agree_on_epoch, resolve_shard

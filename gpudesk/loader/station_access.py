@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import pwd
 import shutil
@@ -39,13 +38,18 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from gpudesk.core.identity import Identity, OwnerGone, as_known_now, login_identity, peer_caller
 from gpudesk.loader.orphan import ENV_ENGINE_PID
-from gpudesk.loader.protocol import LoaderError, final_failure, read_info, recorded_pid
+from gpudesk.loader.protocol import (
+    LoaderError,
+    ProducerInfo,
+    final_failure,
+    read_info,
+    recorded_pid,
+)
 from gpudesk.loader.restarts import RestartNote
 from gpudesk.paths import Home, UnsafePath, check_station_dir, user_name
 from gpudesk.trust import OWNER_BOUND_S as OWNER_BOUND_S
@@ -172,8 +176,8 @@ def say_not_started(home: Home, name: str, why: str, given_up: bool = False) -> 
     and say why, as for a producer that failed. Best effort: a consumer that finds nothing
     waits its START_WAIT_S (or resume wait), as before. `given_up`: restarted no more until
     its dataset is registered again (else the next job naming it tries again)."""
-    said = {"name": name, "failed": why, "transient": False, "not_started": True}
-    _say(home, name, said | {"given_up": given_up})
+    said = ProducerInfo(name=name, failed=why, transient=False, not_started=True, given_up=given_up)
+    _say(home, name, said)
 
 
 def say_restarting(home: Home, name: str, note: RestartNote | None) -> None:
@@ -183,10 +187,10 @@ def say_restarting(home: Home, name: str, note: RestartNote | None) -> None:
     restart's start has just cleared (`forget_not_started`), and which the engine's giving up
     replaces; cleared again once a restarted one serves a consumer."""
     if note is not None:
-        _say(home, name, {"name": name, "restarting": msgspec.to_builtins(note)})
+        _say(home, name, ProducerInfo(name=name, restarting=note))
 
 
-def _say(home: Home, name: str, said: dict[str, object]) -> None:
+def _say(home: Home, name: str, said: ProducerInfo) -> None:
     path = not_started_path(home, name)
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     mode = 0o644 if home.is_system else 0o600  # a station's engine's umask is 077: users read it
@@ -199,7 +203,7 @@ def _say(home: Home, name: str, said: dict[str, object]) -> None:
         fd = os.open(tmp, flags, mode)
         try:
             os.fchmod(fd, mode)
-            os.write(fd, json.dumps(said).encode())
+            os.write(fd, msgspec.json.encode(said))
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -212,7 +216,7 @@ def forget_not_started(home: Home, name: str) -> None:
         not_started_path(home, name).unlink()
 
 
-def engines_word(home: Home, name: str) -> dict[str, Any] | None:
+def engines_word(home: Home, name: str) -> ProducerInfo | None:
     """What the engine said of a loader's producer, for its consumers: it did not start it, or
     gave it up (`said_not_started`), or it is restarting it (`restarts.restart_note`). Read
     only as the engine's file: on a station root's, on a personal engine this user's (its
@@ -222,10 +226,10 @@ def engines_word(home: Home, name: str) -> dict[str, Any] | None:
     return read_info(not_started_path(home, name), 0 if home.is_system else os.geteuid())
 
 
-def said_not_started(said: dict[str, Any] | None) -> bool:
+def said_not_started(said: ProducerInfo | None) -> bool:
     """Whether the engine's word (`engines_word`) is that it did not start the producer, or
     gave it up: a final failure, `protocol.final_failure`, with `not_started`."""
-    return bool(said and final_failure(said) is not None and said.get("not_started"))
+    return said is not None and final_failure(said) is not None and said.not_started
 
 
 # struct flock as Linux's fcntl takes it on 64-bit machines: l_type, l_whence, l_start, l_len,
@@ -291,7 +295,7 @@ def _set_aside(folder: Path) -> None:
     ).start()
 
 
-def believed_pid(info: dict[str, object] | None, owner_uid: int) -> bool:
+def believed_pid(info: ProducerInfo | None, owner_uid: int) -> bool:
     """Whether root may believe the pid in a member's info file: only while that process is
     the owner's (her producer could name any process, one root would then signal)."""
     import psutil

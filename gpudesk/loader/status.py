@@ -11,6 +11,7 @@ from gpudesk.loader.protocol import (
     EXITED,
     STEP_MS,
     LoaderError,
+    ProducerInfo,
     decode,
     encode,
     final_failure,
@@ -39,23 +40,22 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
         files = info_files(home)  # a squatter's folder: UnsafePath, nothing sent
     except FileNotFoundError:
         return []
-    out = []
+    out: list[dict[str, Any]] = []
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
     for path, owner in files:
         # On a station, each a member's file (root asks too): only a plain file of hers
         info = read_info(path, owner)
-        if info is None or (name is not None and info.get("name") != name):
+        if info is None or (name is not None and info.name != name):
             continue
         failed = final_failure(info)
         if failed is not None:
-            out.append({"name": info.get("name"), "error": f"its producer failed: {said(failed)}"})
+            out.append({"name": info.name, "error": f"its producer failed: {said(failed)}"})
             continue
         if not recorded_runs(info):
             out.append(not_running(info))
             continue
-        if info.get("preparing"):
-            preparing = said(info["preparing"])
-            out.append({"name": info.get("name"), "pid": info.get("pid"), "preparing": preparing})
+        if info.preparing:
+            out.append({"name": info.name, "pid": info.pid, "preparing": said(info.preparing)})
             continue
         stopping = stopping_reason(info)  # it answers no more: its info file says why
         if stopping is not None:
@@ -64,7 +64,7 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
         # Where its sockets are is the home's to say, not the file's (a member's, on a station)
         control = home.loader_paths(path.stem)[0]
         if not socket_of(control, owner):
-            out.append({"name": info.get("name"), "error": f"{control} is not its socket"})
+            out.append({"name": info.name, "error": f"{control} is not its socket"})
             continue
         sock = context.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -78,7 +78,7 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
 
 
 def answer(
-    sock: zmq.Socket[bytes], info: dict[str, Any], path: Path, owner: int | None
+    sock: zmq.Socket[bytes], info: ProducerInfo, path: Path, owner: int | None
 ) -> dict[str, Any]:
     """The producer's status, asked on `sock`, as `collect` lists it. Waited for in STEP_MS
     steps, between which the producer is looked at: one that stops as it is asked (its info
@@ -93,19 +93,19 @@ def answer(
             return stopping_entry(info, why)
         if time.monotonic() >= deadline:
             return {
-                "name": info.get("name"),
+                "name": info.name,
                 "error": f"its producer did not answer within {STATUS_TIMEOUT_MS / 1000:.0f} s",
             }
     try:
         reply = decode(sock.recv())
     except LoaderError as exc:  # on a station a member's producer answers: hers, not a fault
-        return {"name": info.get("name"), "error": f"its producer answered no status ({exc})"}
+        return {"name": info.name, "error": f"its producer answered no status ({exc})"}
     reply.pop("type", None)
     return reply
 
 
-def stopping_entry(info: dict[str, Any], why: str) -> dict[str, Any]:
-    return {"name": info.get("name"), "pid": info.get("pid"), "stopping": said(why)}
+def stopping_entry(info: ProducerInfo, why: str) -> dict[str, Any]:
+    return {"name": info.name, "pid": info.pid, "stopping": said(why)}
 
 
 def said(words: object) -> str:
@@ -115,11 +115,8 @@ def said(words: object) -> str:
     return printable(str(words))
 
 
-def not_running(info: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": info.get("name"),
-        "error": f"its producer (pid {info.get('pid')}) is not running",
-    }
+def not_running(info: ProducerInfo) -> dict[str, Any]:
+    return {"name": info.name, "error": f"its producer (pid {info.pid}) is not running"}
 
 
 def cpu_saving(status: LoaderStatus | None) -> tuple[float | None, float | None, float | None]:

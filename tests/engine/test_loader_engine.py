@@ -84,8 +84,8 @@ def epochs_of(out: Path) -> list[dict]:
 
 def producer_pid(handle: EngineHandle) -> int | None:
     info = read_info(handle.home.loader_paths("syn")[2])
-    if info and process_alive(int(info["pid"]), info.get("create_time")):
-        return int(info["pid"])
+    if info and process_alive(info.pid, info.create_time):
+        return info.pid
     return None
 
 

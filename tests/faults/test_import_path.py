@@ -116,7 +116,7 @@ def test_a_producer_started_from_a_hostile_directory_imports_nothing_from_it(
 
         def serving() -> bool:
             info = read_info(home.loader_paths("syn")[2])
-            return bool(info) and process_alive(int(info["pid"]), info.get("create_time"))
+            return info is not None and process_alive(info.pid, info.create_time)
 
         wait_for(serving, 60.0, what="the producer to serve")
         assert markers(marker) == "", (

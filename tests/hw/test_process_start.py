@@ -4,6 +4,7 @@ that another process took is not the one recorded."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,12 +12,22 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import psutil
 import psutil._pslinux
 import pytest
 
 from gpudesk.hw import boottime, process_start, runner
-from gpudesk.loader.protocol import gone, process_alive, recorded_runs, this_process
+from gpudesk.loader.protocol import (
+    PID_MAX_LIMIT,
+    ProducerInfo,
+    gone,
+    process_alive,
+    read_info,
+    recorded_pid,
+    recorded_runs,
+    this_process,
+)
 
 
 @pytest.fixture
@@ -114,18 +125,19 @@ def test_a_start_recorded_by_an_earlier_gpudesk_as_create_time_is_still_read(
     assert legacy > 1e9
     assert process_start.runs(child.pid, legacy)
     assert not process_start.runs(child.pid, legacy + 1.0)
-    assert recorded_runs({"pid": child.pid, "create_time": legacy})
+    assert recorded_runs(ProducerInfo(pid=child.pid, create_time=legacy))
 
 
 def test_an_info_file_names_its_process_with_its_boot() -> None:
     me = this_process()
-    assert me["pid"] == os.getpid()
-    assert me["started"] == process_start.started(os.getpid())
-    assert me["boot_id"] == boottime.boot_id()
+    assert me.pid == os.getpid()
+    assert me.started is not None and me.started == process_start.started(os.getpid())
+    assert me.boot_id == boottime.boot_id()
     assert recorded_runs(me)
     # recorded in another boot: whatever runs with that pid and tick now, it is not the one
-    assert not recorded_runs({**me, "boot_id": "00000000-0000-0000-0000-000000000000"})
-    assert not recorded_runs({**me, "started": me["started"] + 1.0})
+    other_boot = "00000000-0000-0000-0000-000000000000"
+    assert not recorded_runs(msgspec.structs.replace(me, boot_id=other_boot))
+    assert not recorded_runs(msgspec.structs.replace(me, started=me.started + 1.0))
 
 
 def test_another_process_reads_the_same_start() -> None:
@@ -145,18 +157,31 @@ def test_another_process_reads_the_same_start() -> None:
         proc.wait()
 
 
-def test_a_start_that_is_no_number_names_no_process(child: subprocess.Popen[bytes]) -> None:
+def test_a_start_that_is_no_number_names_no_process(
+    child: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
     """A member's info file says what she likes: root's engine reads its start and must not
-    fail on it (on its loop), nor take the pid it names for her producer."""
-    for start in ("soon", [1.0], {"at": 1.0}, True, float("nan"), float("inf")):
+    fail on it (on its loop), nor take the pid it names for her producer. A start of another
+    type makes the file no info at all; a number that is no start names no process."""
+    path = tmp_path / "d.json"
+    for start in ("soon", [1.0], {"at": 1.0}, True):
         assert not process_start.runs(child.pid, start), start
-        assert not recorded_runs({"pid": child.pid, "started": start}), start
+        path.write_text(json.dumps({"pid": child.pid, "started": start}))
+        assert read_info(path) is None, start
+    for number in (float("nan"), float("inf"), -1.0):
+        assert not process_start.runs(child.pid, number), number
+        assert not recorded_runs(ProducerInfo(pid=child.pid, started=number)), number
 
 
 def test_a_pid_that_is_no_number_names_no_process(tmp_path: Path) -> None:
     """A damaged info file, or one a member wrote as she liked: no process, and no traceback
-    in whoever reads it (her job's consumer, the engine's loop)."""
-    for pid in ("12", "abc", 3.5, True, None, [1], -4, 0):
-        info = {"pid": pid, "started": 1.0}
-        assert not recorded_runs(info), pid
-        assert gone(info, tmp_path / "none.json") == "it has exited", pid
+    in whoever reads it (her job's consumer, the engine's loop). A pid of another type makes
+    the file no info at all; a number that is no pid names no process."""
+    path = tmp_path / "d.json"
+    for pid in ("12", "abc", 3.5, True, None, [1], 2**70, PID_MAX_LIMIT + 1, -4):
+        path.write_text(json.dumps({"pid": pid, "started": 1.0}))
+        assert read_info(path) is None, pid
+    path.write_text(json.dumps({"pid": 0, "started": 1.0}))
+    info = read_info(path)
+    assert info is not None and recorded_pid(info) == 0 and not recorded_runs(info)
+    assert gone(info, tmp_path / "none.json") == "it has exited"

@@ -39,7 +39,10 @@ import json
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpudesk.loader.protocol import ProducerInfo
 
 Write = Callable[..., None]
 FACTORY = "gpudesk.workloads.synthetic:make_dataset"  # with --fallback, read locally
@@ -117,7 +120,7 @@ def wait_for_producer(name: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = read_info(info_path)
-        if info and process_alive(int(info.get("pid", 0)), info.get("create_time")):
+        if info and process_alive(info.pid, info.create_time):
             return
         time.sleep(0.01)
 
@@ -126,8 +129,8 @@ def hold_hello(loader_class: Any, path: str, write: Write) -> None:
     """Make `loader_class` wait while `path` exists before it connects (see --hold-hello)."""
     connect = loader_class._connect
 
-    def held(self: Any, info: dict[str, Any], resume: bool) -> None:
-        write(event="holding", pid=info.get("pid"))
+    def held(self: Any, info: ProducerInfo, resume: bool) -> None:
+        write(event="holding", pid=info.pid)
         while os.path.exists(path):
             time.sleep(0.005)
         connect(self, info, resume)

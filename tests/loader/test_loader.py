@@ -129,7 +129,7 @@ class Producer:
                 f"the producer exited ({self.proc.returncode}): {self.log.read_text()}"
             )
         info = read_info(self.home.loader_paths(self.name)[2])
-        return bool(info) and info.get("pid") == self.pid
+        return info is not None and info.pid == self.pid
 
     def wait_ready(self, timeout: float = 30.0) -> Producer:
         wait_for(self.ready, timeout, what=f"producer {self.name} to be ready")
@@ -789,7 +789,7 @@ def test_make_ups_queued_for_a_consumer_that_leaves_are_made_for_one_that_lacks_
             if count == 6:
                 break
     info_path = home.loader_paths("syn")[2]
-    wait_for(lambda: tuple((read_info(info_path) or {}).get("stream_next", ())) >= (0, 6), 10)
+    wait_for(lambda: (((i := read_info(info_path)) and i.stream_next) or (0, 0)) >= (0, 6), 10)
     first.kill()
     loaders.serve(**settings)
     # Batches of 3 slots: room for 4 make-ups at once, queued. Made one a pull, turn about with
@@ -1228,7 +1228,7 @@ def test_consumers_wait_for_a_producer_preparing_its_selection(
     30 ms again, and the pre-pass alone is the wait."""
     loaders.serve(size=100, batch=10, wait_ms=30, selection="random-10", wait=False)
     wait_for(
-        lambda: (read_info(home.loader_paths("syn")[2]) or {}).get("preparing"),
+        lambda: (i := read_info(home.loader_paths("syn")[2])) and i.preparing,
         30,
         what="the producer to say it is preparing",
     )

@@ -85,7 +85,7 @@ def test_it_says_what_it_serves_and_that_it_stopped_for_want_of_consumers(home: 
 def test_told_to_stop_it_names_the_signal_and_what_it_served(home: Home, signum: int) -> None:
     producer = serve()
     try:
-        wait_for(lambda: (read_info(home.loader_paths("syn")[2]) or {}).get("control"), 60.0)
+        wait_for(lambda: (i := read_info(home.loader_paths("syn")[2])) and i.control, 60.0)
         with SharedLoader("syn") as loader:
             assert sum(1 for _ in loader) == 4  # one epoch, each batch let go
         producer.send_signal(signum)

@@ -77,7 +77,7 @@ def test_a_factory_that_raises_is_final_and_a_fixed_one_serves(home: Home) -> No
     # Started again with settings that work, it serves: its info file says so no more.
     good = serve("x", "--dataset", FACTORY, "--arg", "size=32")
     try:
-        wait_for(lambda: (read_info(home.loader_paths("x")[2]) or {}).get("control"), 60.0)
+        wait_for(lambda: (i := read_info(home.loader_paths("x")[2])) and i.control, 60.0)
         with SharedLoader("x") as loader:
             assert sum(len(b[1]) for b in loader) == 32
     finally:
@@ -90,7 +90,7 @@ def test_a_consumer_resuming_fails_at_once_when_the_restarted_producer_cannot_wo
 ) -> None:
     first = serve("x", "--dataset", FACTORY, "--arg", "size=400")
     try:
-        wait_for(lambda: (read_info(home.loader_paths("x")[2]) or {}).get("control"), 60.0)
+        wait_for(lambda: (i := read_info(home.loader_paths("x")[2])) and i.control, 60.0)
         loader = SharedLoader("x", resume_s=START_WAIT_S)
         batches = iter(loader)
         next(batches)

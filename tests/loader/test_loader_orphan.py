@@ -77,7 +77,7 @@ class Managed:
     def ready(self) -> bool:
         assert self.alive(), f"the producer exited: {self.output()}"
         info = read_info(self.info_path)
-        return bool(info) and info.get("pid") == self.pid and "preparing" not in info
+        return info is not None and info.pid == self.pid and info.preparing is None
 
     def status(self) -> dict[str, Any]:
         (entry,) = collect(NAME, self.home)
@@ -218,17 +218,18 @@ def test_an_orphaned_producer_says_so_in_its_info_file_and_in_loader_status(
     monkeypatch.setenv(ENV_ORPHAN_GRACE_S, str(grace))
     producer = managed()
     wait_for(producer.ready, 30, what="the producer to be ready")
-    assert "orphaned" not in producer.status() and "orphaned" not in read_info(producer.info_path)
+    info = read_info(producer.info_path)
+    assert "orphaned" not in producer.status() and info is not None and info.orphaned is None
     assert "orphaned" not in loader_status()
     killed = time.time()
     producer.kill_engine()
     info = wait_for(
-        lambda: (i := read_info(producer.info_path)) and "orphaned" in i and i,
+        lambda: (i := read_info(producer.info_path)) and i.orphaned and i,
         30,
         what="the info file to say it is orphaned",
     )
-    assert info["pid"] == producer.pid and info["stream_next"]  # the rest is as it was
-    orphan = orphan_of(info)
+    assert info.pid == producer.pid and info.stream_next  # the rest is as it was
+    orphan = info.orphaned
     assert orphan is not None and orphan.engine_pid == producer.engine.pid
     assert orphan.grace_s == grace and killed - 0.5 <= orphan.since <= time.time()
     assert orphan.stops_at is not None and 0 < orphan.stops_at - time.time() <= grace
@@ -259,10 +260,11 @@ def test_an_orphaned_producer_says_so_in_its_info_file_and_in_loader_status(
     finally:
         pause.unlink(missing_ok=True)
         loaders.close()
-    assert producer.alive() and "stopping" not in read_info(producer.info_path)
+    info = read_info(producer.info_path)
+    assert producer.alive() and info is not None and info.stopping is None
 
 
-def test_an_info_file_or_status_without_the_orphaned_state_reads_as_not_orphaned() -> None:
+def test_a_status_without_the_orphaned_state_reads_as_not_orphaned() -> None:
     """A producer from before the field (or one whose engine is there) says nothing of it; a
     value that is not one is no state either."""
     assert orphan_of(None) is None and orphan_of({"name": NAME, "pid": 1}) is None

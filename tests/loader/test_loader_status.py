@@ -23,7 +23,7 @@ import pytest
 import zmq
 
 from gpudesk.hw import process_start
-from gpudesk.loader.protocol import STEP_MS, write_info
+from gpudesk.loader.protocol import STEP_MS, ProducerInfo, write_info
 from gpudesk.loader.status import STATUS_TIMEOUT_MS, collect
 from gpudesk.paths import Home
 
@@ -52,8 +52,9 @@ def producer(home: Home) -> Iterator[tuple[Home, subprocess.Popen[bytes], zmq.So
         proc.wait()
 
 
-def info_of(proc: subprocess.Popen[bytes]) -> dict[str, Any]:
-    return {"name": NAME, "pid": proc.pid, "started": process_start.started(proc.pid)}
+def info_of(proc: subprocess.Popen[bytes], stopping: str | None = None) -> ProducerInfo:
+    started = process_start.started(proc.pid)
+    return ProducerInfo(name=NAME, pid=proc.pid, started=started, stopping=stopping)
 
 
 def asked_while(
@@ -81,7 +82,7 @@ def test_a_producer_that_stops_as_it_is_asked_is_listed_as_stopping_at_once(
     home, proc, sock = producer
     info_path = home.loader_paths(NAME)[2]
     why = "no consumer came for 120 s (--idle-exit)"
-    stops = lambda: write_info(info_path, {**info_of(proc), "stopping": why})  # noqa: E731
+    stops = lambda: write_info(info_path, info_of(proc, stopping=why))  # noqa: E731
     entry, took = asked_while(home, sock, stops)
     assert entry == {"name": NAME, "pid": proc.pid, "stopping": why}
     assert took < AT_ONCE_S < STATUS_TIMEOUT_MS / 1000, took

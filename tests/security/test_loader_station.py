@@ -26,7 +26,7 @@ import pytest
 from station_fixture import Station, user_python_station
 
 from gpudesk.core.datasets import DatasetSpec
-from gpudesk.loader.protocol import read_info
+from gpudesk.loader.protocol import ProducerInfo, read_info
 
 # A job: reads one epoch of the shared loader, checks every sample against its id, and prints
 # one JSON line (its ids and whether it read the producer or loaded locally).
@@ -94,10 +94,10 @@ def producer_of(station: Station, name: str) -> psutil.Process:
     a refused job does not wait for it)."""
     path = station.socket.parent / "loaders" / name / f"{name}.json"
     deadline = time.monotonic() + 60
-    while (info := read_info(path)) is None or "control" not in info:
+    while (info := read_info(path)) is None or info.control is None:
         assert time.monotonic() < deadline, f"no producer serves {name}"
         time.sleep(0.1)
-    return psutil.Process(int(info["pid"]))
+    return psutil.Process(info.pid)
 
 
 def result(output: str) -> dict:
@@ -458,7 +458,7 @@ def test_what_the_engine_says_of_a_producer_it_did_not_start_is_believed_only_as
     assert engines_word(home, "d") is None
     say_not_started(home, "d", "its declared owner 'x' is not a user of this machine")
     said = engines_word(home, "d")
-    assert said_not_started(said) and said is not None and "'x' is not a user" in said["failed"]
+    assert said_not_started(said) and said is not None and "'x' is not a user" in str(said.failed)
     assert stat.S_IMODE(not_started_path(home, "d").stat().st_mode) == 0o644
     os.chown(not_started_path(home, "d"), 12345, 12345)  # not root's: not the engine's word
     assert engines_word(home, "d") is None
@@ -471,9 +471,9 @@ def test_root_believes_no_pid_a_member_writes() -> None:
 
     if os.geteuid() != 0:
         pytest.skip("needs root: a pid of root's process named in a member's file")
-    assert believed_pid({"pid": 1}, 12345) is False  # init is root's, not uid 12345's
-    assert believed_pid({"pid": os.getpid()}, 0) is True
-    assert believed_pid({"pid": "1"}, 0) is False
+    assert believed_pid(ProducerInfo(pid=1), 12345) is False  # init is root's, not uid 12345's
+    assert believed_pid(ProducerInfo(pid=os.getpid()), 0) is True
+    assert believed_pid(ProducerInfo(pid=0), 0) is False  # no pid named
 
 
 def test_an_info_file_is_read_as_untrusted(tmp_path: Path) -> None:
@@ -482,9 +482,9 @@ def test_an_info_file_is_read_as_untrusted(tmp_path: Path) -> None:
     from gpudesk.loader.protocol import INFO_MAX_BYTES, write_info
 
     real = tmp_path / "real.json"
-    write_info(real, {"pid": 1})
-    assert read_info(real) == {"pid": 1}
-    assert read_info(real, os.geteuid()) == {"pid": 1}
+    write_info(real, ProducerInfo(pid=1))
+    assert read_info(real) == ProducerInfo(pid=1)
+    assert read_info(real, os.geteuid()) == ProducerInfo(pid=1)
     assert read_info(real, os.geteuid() + 1) is None  # another user's file
     link = tmp_path / "link.json"
     link.symlink_to(real)
@@ -570,8 +570,9 @@ def test_a_members_job_is_told_what_restarts_a_failed_station_producer(
         home = Home.system(run / "control.sock", tmp_path / "state")
         folder = prepare_folder(home, "d", Identity.of(ada.uid, ada.gid, ada.groups), None, "group")
         info = folder / "d.json"
-        failed = {"failed": "cannot import the dataset module 'nope'", "transient": False}
-        write_info(info, {"name": "d", "pid": os.getpid(), "managed": True, **failed})
+        failed = "cannot import the dataset module 'nope'"
+        said = ProducerInfo(name="d", pid=os.getpid(), managed=True, failed=failed, transient=False)
+        write_info(info, said)
         os.chown(info, ada.uid, ada.gid)
         monkeypatch.setenv("GPUDESK_SOCKET", str(home.system_socket))
         with pytest.raises(LoaderError) as raised:

@@ -21,7 +21,7 @@ from gpudesk.core.datasets import DatasetSpec
 from gpudesk.engine.services import loaders
 from gpudesk.engine.services.loaders import LoaderSupervisor, Statuses
 from gpudesk.hw import process_start
-from gpudesk.loader.protocol import write_info
+from gpudesk.loader.protocol import ProducerInfo, write_info
 from gpudesk.paths import Home
 
 other_user = local_users.other_user  # the fixture (tests/local_users.py)
@@ -48,7 +48,7 @@ def adopted(home: Home, process: subprocess.Popen[bytes]) -> LoaderSupervisor:
     whose stops happen at once: no status to ask, no wait before the kill."""
     info = home.loader_paths(SPEC.name)[2]
     info.parent.mkdir(parents=True, exist_ok=True)
-    write_info(info, {"pid": process.pid, "started": process_start.started(process.pid)})
+    write_info(info, ProducerInfo(pid=process.pid, started=process_start.started(process.pid)))
     supervisor = LoaderSupervisor(home)
     supervisor.register([SPEC])
     supervisor.ensure(SPEC.name)  # adopts it: alive by its info file

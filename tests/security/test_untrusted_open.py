@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from local_users import local_accounts
 
-from gpudesk.loader.protocol import read_info
+from gpudesk.loader.protocol import ProducerInfo, read_info
 from gpudesk.untrusted import REOPENS, UntrustedFileError, read_untrusted
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # one the test user may run (the project's may sit in /root)
@@ -49,7 +49,7 @@ def test_a_file_replaced_as_it_is_opened_is_read_from_its_successor(
     info = tmp_path / "syn.json"
     info.write_text('{"pid": 1}')
     replaced = replacing_as_opened(monkeypatch, info, times=1)
-    assert read_info(info) == {"pid": 2}
+    assert read_info(info) == ProducerInfo(pid=2)
     assert len(replaced) == 1
 
 
@@ -61,7 +61,9 @@ def test_a_name_replaced_at_every_open_is_said_to_be_gone(
     replacing_as_opened(monkeypatch, info, times=REOPENS)
     with pytest.raises(FileNotFoundError):
         read_untrusted(info, None)
-    assert read_info(info) == {"pid": REOPENS + 1}  # the writer stopped: its last file is read
+    assert read_info(info) == ProducerInfo(
+        pid=REOPENS + 1
+    )  # the writer stopped: its last file is read
 
 
 def test_a_second_name_is_still_refused(tmp_path: Path) -> None:
@@ -121,7 +123,7 @@ def test_root_reads_the_file_a_member_replaced_as_it_opened_it_and_refuses_her_s
         try:
             ask("replace 1")
             info = folder / "syn.json"
-            assert read_info(info, ada.uid) == {"pid": 1}
+            assert read_info(info, ada.uid) == ProducerInfo(pid=1)
             real_open = os.open
             cued: list[int] = []
 
@@ -134,7 +136,7 @@ def test_root_reads_the_file_a_member_replaced_as_it_opened_it_and_refuses_her_s
 
             with monkeypatch.context() as patched:
                 patched.setattr(os, "open", open_then_she_replaces)
-                assert read_info(info, ada.uid) == {"pid": 2}
+                assert read_info(info, ada.uid) == ProducerInfo(pid=2)
             assert cued and os.stat(info).st_uid == ada.uid
             ask("link")
             with pytest.raises(UntrustedFileError, match="second name"):

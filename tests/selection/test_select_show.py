@@ -66,7 +66,7 @@ def serving(home: Home, name: str, selection: str, seed: int, log: Path) -> Iter
         def ready() -> bool:
             assert proc.poll() is None, log.read_text()
             info = read_info(home.loader_paths(name)[2])
-            return bool(info) and info.get("pid") == proc.pid
+            return info is not None and info.pid == proc.pid
 
         wait_for(ready, 60, what=f"loader {name}")
         yield

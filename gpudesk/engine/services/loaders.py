@@ -36,6 +36,7 @@ from gpudesk.loader.protocol import (
     ENV_DATASET,
     ENV_RESUME_S,
     EXIT_FINAL,
+    ProducerInfo,
     clear_failure,
     final_failure,
     process_alive,
@@ -176,7 +177,7 @@ class LoaderSupervisor:
         return {ENV_RESUME_S: str(RESUME_S), ENV_DATASET: dataset}
 
     # -------------------------------------------------------------- producers
-    def _info(self, name: str) -> dict[str, Any] | None:
+    def _info(self, name: str) -> ProducerInfo | None:
         path = self.home.loader_paths(name)[2]
         if not self.home.is_system:
             return read_info(path)
@@ -397,7 +398,7 @@ class LoaderSupervisor:
         if producer.pid is None:
             return False  # not started by this engine: registering or starting is the retry
         info = self._info(name)
-        reason = final_failure(info) if info and info.get("pid") == producer.pid else None
+        reason = final_failure(info) if info and info.pid == producer.pid else None
         code = producer.process.returncode if producer.process else None
         if reason is None and code == EXIT_FINAL:
             reason = f"it exited with status {EXIT_FINAL}: its settings cannot work"
