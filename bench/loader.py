@@ -417,11 +417,11 @@ def role_consumer(spec: dict[str, Any]) -> None:
                 return None
     elif kind == "gpudesk":
         # The producer starts at the same signal: wait for it as a job started beside it would.
-        from gpudesk.loader.protocol import process_alive, read_info
+        from gpudesk.loader.protocol import read_info, recorded_runs
         from gpudesk.paths import Home
 
         info_path = Home.from_env().loader_paths(spec["loader_name"])[2]
-        while not ((info := read_info(info_path)) and process_alive(info.pid, info.create_time)):
+        while not ((info := read_info(info_path)) and recorded_runs(info)):
             time.sleep(0.01)
         loader = SharedLoader(spec["loader_name"], batch_size=spec["batch_size"])
 

@@ -55,7 +55,7 @@ def started(pid: int) -> float | None:
 def runs(pid: int, start: object = None) -> bool:
     """True while process `pid` runs (a zombie does not) and, where `start` is given, is the one
     that started then: a value from started() in this boot, or an older record's create_time().
-    A start that is no number (a member's info file says what she likes) names no process."""
+    A start that is no number (a damaged record) names no process."""
     stat = _stat(pid)
     if stat is None or stat[0] in ("Z", "X"):
         return False

@@ -101,7 +101,7 @@ class SharedLoader:
     per_epoch: int
     dataset_len: int
     producer_batch: int
-    identity: Any  # the producer's settings, as its info file says them
+    identity: dict[str, Any] | None  # the producer's settings, as its info file says them
     # Said once on stderr while waiting (`_engines_word`): that a producer holds the name over
     # the engine's word that it did not start one; the engine's restart note last said.
     _passed_over: bool

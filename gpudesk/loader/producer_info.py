@@ -97,7 +97,7 @@ def write_serving(producer: Producer, stopping: str | None = None) -> None:
             stream_next=producer.stream_position(),
             managed=producer.config.managed,
             started_at=producer.started,
-            orphaned=producer.idle.orphan(bool(producer.consumers), time.monotonic()),
+            **orphaned(producer, time.monotonic()),
             stopping=stopping,
         ),
     )
@@ -105,7 +105,7 @@ def write_serving(producer: Producer, stopping: str | None = None) -> None:
 
 def orphaned(producer: Producer, now: float) -> dict[str, Any]:
     """`{"orphaned": ...}` while the producer's engine is gone (`orphan.py`), else nothing: for
-    its status."""
+    its info file and its status alike."""
     state = producer.idle.orphan(bool(producer.consumers), now)
     return {} if state is None else {"orphaned": msgspec.to_builtins(state)}
 

@@ -35,7 +35,6 @@ from typing import Annotated, Any
 import msgspec
 
 from gpudesk.core.datasets import NAME
-from gpudesk.core.wire.station import LoaderOrphan
 from gpudesk.hw import boottime, process_start
 from gpudesk.loader.restarts import RestartNote
 from gpudesk.text import printable_line
@@ -91,9 +90,10 @@ INFO_MAX_BYTES = 1 << 20  # an info file is ~1 KiB; more is not one (assumption:
 class ProducerInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A producer's info file (producer_info.py writes it), and the engine's word beside it
     (`station_access.engines_word`: `not_started`, `given_up`, `restarting`). Every field may be
-    absent: an older producer wrote fewer (`create_time` for `started`), and a file that is
-    there is read as it is. A field of another type than these makes the file no info at all
-    (`read_info`): on a station its owner writes it, and root believes nothing of it then."""
+    absent: an older producer wrote fewer (`create_time` for `started`); a field these do not
+    name (a newer producer's) is passed over. A field of another type than these makes the
+    file no info at all (`read_info`): on a station its owner writes it, and root believes
+    nothing of it then."""
 
     name: str | None = None
     pid: Annotated[int, msgspec.Meta(ge=0, le=PID_MAX_LIMIT)] = 0  # its process (0: none named)
@@ -106,7 +106,9 @@ class ProducerInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     stream_next: tuple[int, int] | None = None  # (epoch, batch): where its stream goes on
     managed: bool = False  # the engine started it
     started_at: float | None = None  # wall clock
-    orphaned: LoaderOrphan | None = None  # its engine is gone (orphan.py)
+    # its engine is gone: a LoaderOrphan's fields (`orphan.orphan_of` reads them), not checked
+    # here, so that a newer producer's field in it does not make the whole file no info
+    orphaned: dict[str, Any] | None = None
     preparing: str | None = None  # what it prepares before it serves (a selection's pre-pass)
     stopping: str | None = None  # why it stops (said before its sockets close)
     failed: str | None = None  # why it failed
@@ -117,9 +119,6 @@ class ProducerInfo(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     restarting: RestartNote | None = None  # the engine's word: it restarts it
 
 
-_INFO_DECODER = msgspec.json.Decoder(ProducerInfo)
-
-
 def read_info(path: Path, owner_uid: int | None = None) -> ProducerInfo | None:
     """A producer's info file, or None when there is none (or it is being replaced, is not a
     plain file, or is not a ProducerInfo). Opened as untrusted (`gpudesk.untrusted`): a link is
@@ -128,15 +127,23 @@ def read_info(path: Path, owner_uid: int | None = None) -> ProducerInfo | None:
     loader/station_access.py)."""
     from gpudesk.untrusted import read_untrusted
 
-    try:
-        return _INFO_DECODER.decode(read_untrusted(path, owner_uid, INFO_MAX_BYTES))
-    except (OSError, msgspec.DecodeError, RecursionError):  # not JSON, or not of this shape
-        return None
+    try:  # Python's JSON, as `info_json` writes it: a name or reason that is not UTF-8 escaped
+        return msgspec.convert(
+            json.loads(read_untrusted(path, owner_uid, INFO_MAX_BYTES)), ProducerInfo
+        )
+    except (OSError, ValueError, RecursionError, msgspec.ValidationError):
+        return None  # not JSON, nested past the stack, or not of this shape
+
+
+def info_json(info: ProducerInfo, indent: int | None = None) -> str:
+    """An info file's text. Python's JSON, not msgspec's: a text from outside (a dataset's
+    argument, a factory's exception) that is not UTF-8 is escaped (\\udcff), not an error."""
+    return json.dumps(msgspec.to_builtins(info), indent=indent)
 
 
 def write_info(path: Path, info: ProducerInfo) -> None:
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(msgspec.json.format(msgspec.json.encode(info), indent=1))
+    tmp.write_text(info_json(info, indent=1))
     os.replace(tmp, path)
 
 

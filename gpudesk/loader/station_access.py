@@ -19,9 +19,10 @@ station. Who may read: the folder's mode decides for the control socket (zmq's i
 peer check); the descriptor socket, which hands out the ring, also asks the kernel who connects
 (SO_PEERCRED, SO_PEERGROUPS) and refuses, in one line, a peer the dataset is not shared with.
 
-Root reads nothing here as it finds it: the info file only as a plain file of the folder's owner
-(`protocol.read_info`), a pid in it only while that process is the owner's, and the control
-socket only where it is a socket of the owner's.
+Root reads nothing here as it finds it: the info file only as a plain file of the folder's owner,
+and only where each field is of its type (`protocol.read_info`, a `ProducerInfo`), a pid in it
+only while that process is the owner's, and the control socket only where it is a socket of the
+owner's.
 """
 
 from __future__ import annotations
@@ -39,14 +40,13 @@ import threading
 import time
 from pathlib import Path
 
-import msgspec
-
 from gpudesk.core.identity import Identity, OwnerGone, as_known_now, login_identity, peer_caller
 from gpudesk.loader.orphan import ENV_ENGINE_PID
 from gpudesk.loader.protocol import (
     LoaderError,
     ProducerInfo,
     final_failure,
+    info_json,
     read_info,
     recorded_pid,
 )
@@ -203,7 +203,7 @@ def _say(home: Home, name: str, said: ProducerInfo) -> None:
         fd = os.open(tmp, flags, mode)
         try:
             os.fchmod(fd, mode)
-            os.write(fd, msgspec.json.encode(said))
+            os.write(fd, info_json(said).encode())
         finally:
             os.close(fd)
         os.replace(tmp, path)

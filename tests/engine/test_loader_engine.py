@@ -17,7 +17,7 @@ import pytest
 from conftest import EngineHandle, short_home, wait_for
 
 from gpudesk.api.client import Client
-from gpudesk.loader.protocol import process_alive, read_info
+from gpudesk.loader.protocol import process_alive, read_info, recorded_runs
 from gpudesk.paths import Home
 
 # A job: reads `epochs` epochs of the shared loader and writes each epoch's sample ids.
@@ -84,7 +84,7 @@ def epochs_of(out: Path) -> list[dict]:
 
 def producer_pid(handle: EngineHandle) -> int | None:
     info = read_info(handle.home.loader_paths("syn")[2])
-    if info and process_alive(info.pid, info.create_time):
+    if info and recorded_runs(info):
         return info.pid
     return None
 

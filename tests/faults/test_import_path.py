@@ -19,7 +19,7 @@ from conftest import EngineHandle, wait_for
 
 from gpudesk.core.datasets import DatasetSpec
 from gpudesk.engine.services.loaders import LoaderSupervisor
-from gpudesk.loader.protocol import process_alive, read_info
+from gpudesk.loader.protocol import read_info, recorded_runs
 from gpudesk.paths import Home
 
 SHADOWED = ("psutil", "queue", "zmq", "msgspec")
@@ -116,7 +116,7 @@ def test_a_producer_started_from_a_hostile_directory_imports_nothing_from_it(
 
         def serving() -> bool:
             info = read_info(home.loader_paths("syn")[2])
-            return info is not None and process_alive(info.pid, info.create_time)
+            return info is not None and recorded_runs(info)
 
         wait_for(serving, 60.0, what="the producer to serve")
         assert markers(marker) == "", (

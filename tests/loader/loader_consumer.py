@@ -113,14 +113,14 @@ def consume(
 
 
 def wait_for_producer(name: str, timeout: float) -> None:
-    from gpudesk.loader.protocol import process_alive, read_info
+    from gpudesk.loader.protocol import read_info, recorded_runs
     from gpudesk.paths import Home
 
     info_path = Home.from_env().loader_paths(name)[2]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         info = read_info(info_path)
-        if info and process_alive(info.pid, info.create_time):
+        if info and recorded_runs(info):
             return
         time.sleep(0.01)
 

@@ -229,7 +229,7 @@ def test_an_orphaned_producer_says_so_in_its_info_file_and_in_loader_status(
         what="the info file to say it is orphaned",
     )
     assert info.pid == producer.pid and info.stream_next  # the rest is as it was
-    orphan = info.orphaned
+    orphan = orphan_of({"orphaned": info.orphaned})
     assert orphan is not None and orphan.engine_pid == producer.engine.pid
     assert orphan.grace_s == grace and killed - 0.5 <= orphan.since <= time.time()
     assert orphan.stops_at is not None and 0 < orphan.stops_at - time.time() <= grace
