@@ -350,8 +350,9 @@ def _check_root_dir(path: Path) -> None:
 def info_files(home: Home) -> list[tuple[Path, int | None]]:
     """Every producer info file this user may read, with the uid it must belong to (None: a
     personal home's, all its user's). Raises UnsafePath, FileNotFoundError (no loaders)."""
-    if not home.is_system:
-        return [(path, None) for path in sorted(home.checked_loader_dir().glob("*.json"))]
+    if not home.is_system:  # not the engine's word beside them (`not_started_path`: a dot)
+        found = sorted(home.checked_loader_dir().glob("*.json"))
+        return [(path, None) for path in found if not path.name.startswith(".")]
     check_station_dir(home.socket_dir)
     _check_root_dir(home.loader_dir)
     out: list[tuple[Path, int | None]] = []

@@ -109,3 +109,19 @@ def test_a_live_producer_that_does_not_answer_is_still_listed_as_such(
     entry, took = asked_while(home, sock, lambda: None)
     assert entry == {"name": NAME, "error": "its producer did not answer within 1 s"}
     assert took >= STATUS_TIMEOUT_MS / 1000 - AT_ONCE_S, took
+
+
+def test_the_engines_word_beside_the_info_files_is_no_producer(home: Home) -> None:
+    """What a personal engine says of a producer it did not start, gave up or restarts is in
+    its loaders folder beside the info files (`station_access.not_started_path`): `loader
+    status` lists producers, not that word (as on a station, where it is no dataset's folder)."""
+    from gpudesk.loader.restarts import RestartNote
+    from gpudesk.loader.station_access import not_started_path, say_not_started, say_restarting
+
+    home.ensure()
+    home.private_subdir(home.loader_dir)
+    say_not_started(home, NAME, "its factory could not be imported")
+    assert not_started_path(home, NAME).exists()
+    assert collect(NAME, home) == [] and collect(None, home) == []
+    say_restarting(home, "other", RestartNote("died (pid 9, exit 1)", 1))
+    assert collect(None, home) == []
