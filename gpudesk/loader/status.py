@@ -3,6 +3,8 @@ what its status says sharing saved (`cpu_saving`: the engine's loader summary)."
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +47,11 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
     for path, owner in files:
         # On a station, each a member's file (root asks too): only a plain file of hers
         info = read_info(path, owner)
-        if info is None or (name is not None and info.name != name):
+        if info is None:
+            if (name is None or path.stem == name) and _plain_file_of(path, owner):
+                out.append({"name": path.stem, "error": DAMAGED})
+            continue  # none yet (a station's dataset whose producer never ran), or not hers
+        if name is not None and info.name != name:
             continue
         failed = final_failure(info)
         if failed is not None:
@@ -75,6 +81,19 @@ def collect(name: str | None = None, home: Home | None = None) -> list[dict[str,
         finally:
             sock.close()
     return out
+
+
+# An info file that read_info takes for none while it is there: not JSON, a field of another
+# type than a producer writes (`protocol.ProducerInfo`), or over INFO_MAX_BYTES
+DAMAGED = "its info file is there but is not one a producer writes (damaged?): no producer known"
+
+
+def _plain_file_of(path: Path, owner: int | None) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and (owner is None or st.st_uid == owner)
 
 
 def answer(

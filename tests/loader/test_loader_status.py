@@ -125,3 +125,19 @@ def test_the_engines_word_beside_the_info_files_is_no_producer(home: Home) -> No
     assert collect(NAME, home) == [] and collect(None, home) == []
     say_restarting(home, "other", RestartNote("died (pid 9, exit 1)", 1))
     assert collect(None, home) == []
+
+
+def test_an_info_file_that_is_not_one_is_listed_as_such(home: Home) -> None:
+    """One a reader takes for none (not JSON, a field of another type) while it is there: the
+    listing says so, rather than leaving the loader out as if it had never run."""
+    from gpudesk.loader.status import DAMAGED
+
+    home.ensure()
+    home.private_subdir(home.loader_dir)
+    info_path = home.loader_paths(NAME)[2]
+    for text in ("{not json", '{"pid": "twelve"}'):
+        info_path.write_text(text)
+        assert collect(NAME, home) == [{"name": NAME, "error": DAMAGED}], text
+    assert collect("other", home) == []
+    info_path.unlink()
+    assert collect(NAME, home) == []  # none there: no producer ever ran
