@@ -76,7 +76,7 @@ from gpudesk.loader.ring import Ring
 from gpudesk.loader.slots import SlotTable
 from gpudesk.loader.staging import Staging
 from gpudesk.loader.station_access import hand_out_ring, open_sockets_to, prepare_serving
-from gpudesk.loader.welcome import hello, refuse
+from gpudesk.loader.welcome import hello, refuse, released
 from gpudesk.loader.workers import WorkerEnd, WorkerGone, WorkerWatch
 from gpudesk.paths import Home
 
@@ -507,7 +507,7 @@ class Producer:
             elif kind == "release":
                 consumer = self.consumers.get(ident)
                 if consumer is not None:
-                    for slot in message.get("slots", ()):
+                    for slot in released(message):
                         if slot in consumer.held:
                             consumer.held.discard(slot)
                             self.table.slots[slot].refs -= 1

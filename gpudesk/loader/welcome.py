@@ -15,14 +15,15 @@ import logging
 import math
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+import msgspec
 import zmq
 
 from gpudesk.hw import process_start
 from gpudesk.loader.consumer_state import ConsumerState, need_slots
 from gpudesk.loader.producer_info import note_reuse
-from gpudesk.loader.protocol import encode
+from gpudesk.loader.protocol import PID_MAX_LIMIT, encode
 
 if TYPE_CHECKING:
     from gpudesk.loader.producer import Producer
@@ -30,14 +31,33 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpudesk.loader")
 
 
+class ResumeFrom(msgspec.Struct, frozen=True):
+    """Where a consumer that resumes is in its epoch: the batches of it (by epoch) it has."""
+
+    epoch: int
+    received: dict[int, list[int]] = msgspec.field(default_factory=dict)
+
+
+class Hello(msgspec.Struct, frozen=True):
+    """A consumer's hello (protocol.py). On a station any member the loader is shared with may
+    send one, so it is checked whole: a hello of another shape is refused, never the end of
+    the producer that serves them all."""
+
+    pid: Annotated[int, msgspec.Meta(ge=1, le=PID_MAX_LIMIT)]
+    batch_size: Annotated[int, msgspec.Meta(ge=0)] | None = None  # 0 or None: the producer's
+    resume: ResumeFrom | None = None
+    job: str | None = None  # GPUDESK_JOB_ID, where the engine started it
+
+
 def hello(producer: Producer, ident: bytes, message: dict[str, Any]) -> None:
     """Answer the hello `message` from the peer `ident`: welcome it as a consumer, or refuse."""
     try:
-        pid = int(message["pid"])
-        batch_size = int(message.get("batch_size") or producer.plan.batch_size)
-    except (KeyError, TypeError, ValueError):
-        refuse(producer, ident, "a hello without a pid")
+        said = msgspec.convert(message, Hello, str_keys=True)
+    except msgspec.ValidationError as exc:
+        refuse(producer, ident, f"a hello this producer cannot read ({exc})")
         return
+    pid, resume = said.pid, said.resume
+    batch_size = said.batch_size or producer.plan.batch_size
     per_slot = producer.plan.batch_size
     if batch_size < 1 or math.ceil(batch_size / per_slot) > producer.config.slots // 2:
         refuse(
@@ -49,14 +69,13 @@ def hello(producer: Producer, ident: bytes, message: dict[str, Any]) -> None:
         )
         return
     started = process_start.started(pid)
-    resume = message.get("resume") or None
-    note_reuse(producer, message.get("job"), pid, resumed=bool(resume))
+    note_reuse(producer, said.job, pid, resumed=resume is not None)
     epoch = producer.stream_position()[0]
     got: dict[int, set[int]] = {}
-    if resume:
-        epoch = int(resume["epoch"])
-        for e, js in resume.get("received", {}).items():
-            got.setdefault(int(e), set()).update(int(j) for j in js)
+    if resume is not None:
+        epoch = resume.epoch
+        for e, js in resume.received.items():
+            got.setdefault(e, set()).update(js)
     need = need_slots(batch_size, per_slot)
     consumer = ConsumerState(
         ident, pid, started, batch_size, need, epoch, time.monotonic(), got=got
@@ -104,3 +123,13 @@ def refuse(producer: Producer, ident: bytes, why: str, **more: Any) -> None:
     """Tell the peer `ident` that it is not served, and why (`more`: `stopping=True`)."""
     with contextlib.suppress(zmq.ZMQError):
         producer.ctl.send_multipart([ident, encode("refused", message=why, **more)])
+
+
+def released(message: dict[str, Any]) -> list[int]:
+    """The slots a consumer's `release` gives back; none where it names them otherwise than as
+    a list of whole numbers (a member's peer may send what it likes)."""
+    slots = message.get("slots", [])
+    if isinstance(slots, list) and all(type(s) is int for s in slots):
+        return slots
+    log.warning("a release of slots that are not a list of numbers, passed over")
+    return []

@@ -176,3 +176,52 @@ def test_a_consumer_finding_a_producer_that_does_not_serve_yet_says_so(
         gate.touch()  # a producer building its dataset stops only once it has built it
         producer.terminate()
         producer.communicate(timeout=60)
+
+
+def test_a_peers_messages_of_another_shape_are_refused_and_it_serves_on(home: Home) -> None:
+    """On a station any member the loader is shared with may reach its control socket: a hello
+    or a release of another shape than a consumer's is refused or passed over, and the producer
+    serves on (a hello resuming from epoch "x" ended it with a traceback, and every member's
+    job reading it lost it)."""
+    import json
+    import os
+
+    import zmq
+
+    producer = serve()
+    try:
+        info = wait_for(lambda: (i := read_info(home.loader_paths("syn")[2])) and i.control and i)
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(info.control)
+
+        def ask(kind: str, **fields: object) -> dict:
+            sock.send(json.dumps({"type": kind, **fields}).encode())
+            assert sock.poll(10_000), f"no answer to {kind} {fields}"
+            answer: dict = json.loads(sock.recv())
+            return answer
+
+        me = os.getpid()
+        for fields in (
+            {"pid": me, "resume": {"epoch": "x"}},
+            {"pid": me, "resume": [1]},
+            {"pid": me, "resume": {"epoch": 0, "received": {"x": [1]}}},
+            {"pid": "abc"},
+            {"pid": me, "batch_size": -8},
+        ):
+            answer = ask("hello", **fields)
+            assert answer["type"] == "refused", answer
+            assert "a hello this producer cannot read" in answer["message"], answer
+        assert ask("hello", pid=me)["type"] == "welcome"  # a consumer now
+        for slots in (5, [[1]], ["a"], {"1": 2}):
+            sock.send(json.dumps({"type": "release", "slots": slots}).encode())
+        sock.send(json.dumps({"type": "bye"}).encode())
+        sock.close()
+        with SharedLoader("syn") as loader:
+            assert sum(1 for _ in loader) == 4  # one epoch: it serves on
+        producer.send_signal(signal.SIGTERM)
+        _, error = producer.communicate(timeout=60)
+    finally:
+        producer.kill()
+    assert producer.returncode == 0 and "Traceback" not in error, error
+    assert error.count("a release of slots that are not a list of numbers") == 4, error
