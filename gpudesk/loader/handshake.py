@@ -27,12 +27,14 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+import msgspec
 import zmq
 
 from gpudesk.loader.lease import lease_info
 from gpudesk.loader.protocol import (
+    PID_MAX_LIMIT,
     STEP_MS,
     LoaderError,
     ProducerInfo,
@@ -41,7 +43,6 @@ from gpudesk.loader.protocol import (
     final_failure,
     gone,
     receive_fd,
-    recorded_start,
 )
 from gpudesk.loader.ring import Ring
 
@@ -50,6 +51,27 @@ if TYPE_CHECKING:
 
 CONNECT_TIMEOUT_S = 10.0  # a live producer that does not answer a hello for this long is stuck
 PREPARING_POLL_S = 1.0  # a preparing producer is waited for while it lives, checked this often
+
+
+class Welcome(msgspec.Struct, frozen=True):
+    """A producer's welcome (welcome.py sends it). On a station the producer is its owner's
+    process, read by the other members' jobs, so it is checked whole: one of another shape is a
+    LoaderError saying so, never a traceback in their job. A field a producer of an earlier
+    gpudesk did not send has its default (its start as `create_time`)."""
+
+    pid: Annotated[int, msgspec.Meta(ge=1, le=PID_MAX_LIMIT)]
+    fd_socket: str
+    epoch: int
+    batches_per_epoch: Annotated[int, msgspec.Meta(ge=0)]
+    dataset_len: Annotated[int, msgspec.Meta(ge=0)]
+    batch_size: Annotated[int, msgspec.Meta(ge=1)]
+    started: float | None = None
+    create_time: float | None = None
+    managed: bool = False
+    lease: Annotated[int, msgspec.Meta(ge=0)] | None = None  # lease.py: slots lent at most
+    staging: dict[str, Any] | None = None  # a mirror handle (staging.MirrorHandle.to_wire)
+    staging_off: str | None = None  # why it does not stage
+    makeups: int = 0
 
 
 class ProducerStopped(LoaderError):
@@ -144,52 +166,65 @@ def connect(loader: SharedLoader, info: ProducerInfo, resume: bool) -> None:
     except LoaderError:
         sock.close()
         raise
-    if reply["type"] == "refused":
-        sock.close()
-        raise LoaderError(
-            f"the producer for {loader.name!r} refused this consumer: {reply.get('message')}"
-        )
-    if reply["type"] != "welcome":
-        sock.close()
-        raise LoaderError(f"unexpected answer from the producer: {reply['type']}")
+    welcome = welcome_in(reply, sock, loader.name)
     try:
-        fd = receive_fd(Path(reply["fd_socket"]))
+        fd = receive_fd(Path(welcome.fd_socket))
     except OSError as exc:
         sock.close()
         raise LoaderError(
-            f"could not get the shared memory of {loader.name!r} from {reply['fd_socket']}: {exc}"
+            f"could not get the shared memory of {loader.name!r} from {welcome.fd_socket}: {exc}"
         ) from None
     if loader.ring is not None:
         loader.ring.close()  # a restarted producer's ring is another one
     loader.ring = Ring.attach(fd, os.fstat(fd).st_size)  # keeps fd: to map more as it grows
     loader._socket = sock
-    loader.producer_pid = int(reply["pid"])
-    loader.producer_started = recorded_start(reply)
-    loader.managed = bool(reply.get("managed"))
-    loader.per_epoch = int(reply["batches_per_epoch"])
-    loader.dataset_len = int(reply["dataset_len"])
-    loader.producer_batch = int(reply["batch_size"])
+    loader.producer_pid = welcome.pid
+    started = welcome.started  # an earlier gpudesk's producer sent its create_time()
+    loader.producer_started = started if started is not None else welcome.create_time
+    loader.managed = welcome.managed
+    loader.per_epoch = welcome.batches_per_epoch
+    loader.dataset_len = welcome.dataset_len
+    loader.producer_batch = welcome.batch_size
     if loader.batch_size is None:
         loader.batch_size = loader.producer_batch
     if not resume:
-        loader.epoch = int(reply["epoch"])  # the producer epoch this consumer epoch follows
+        loader.epoch = welcome.epoch  # the producer epoch this consumer epoch follows
         loader.identity = info.identity  # what a restarted producer must match
     loader._held.clear()
     loader._leases.reset()
-    loader._need, loader.lease_limit = lease_info(reply, loader.batch_size, loader.producer_batch)
-    open_staging(loader, reply)
+    loader._need, loader.lease_limit = lease_info(
+        welcome.lease, loader.batch_size, loader.producer_batch
+    )
+    open_staging(loader, welcome)
 
 
-def open_staging(loader: SharedLoader, reply: dict[str, Any]) -> None:
+def welcome_in(reply: dict[str, Any], sock: zmq.Socket[bytes], name: str) -> Welcome:
+    """The welcome the producer of `name` answered a hello with; else (a refusal, another
+    answer, a welcome of another shape) `sock` closed and a LoaderError saying why."""
+    why = None
+    if reply["type"] == "refused":
+        why = f"the producer for {name!r} refused this consumer: {reply.get('message')}"
+    elif reply["type"] != "welcome":
+        why = f"unexpected answer from the producer: {reply['type']}"
+    else:
+        try:
+            return msgspec.convert(reply, Welcome)
+        except msgspec.ValidationError as exc:
+            why = f"the producer for {name!r} sent a welcome this consumer cannot read ({exc})"
+    sock.close()
+    raise LoaderError(why)
+
+
+def open_staging(loader: SharedLoader, welcome: Welcome) -> None:
     """Read batches from the producer's staged mirror (on this process's GPU) when it has
     one and this consumer may; else from the host ring. Either way, say which (and why)
     to the producer, for `gpudesk loader status`."""
     loader._mirror, loader._mirror_gen = None, 0
-    offered = reply.get("staging")
+    offered = welcome.staging
     if loader.device == "cpu":
         loader.data_path = "host: the consumer asked for device='cpu'"
     elif offered is None:
-        loader.data_path = f"host: {reply.get('staging_off') or 'the producer does not stage'}"
+        loader.data_path = f"host: {welcome.staging_off or 'the producer does not stage'}"
     else:
         loader._open_mirror(offered)
     if loader._socket is not None:

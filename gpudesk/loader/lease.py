@@ -200,10 +200,10 @@ def no_room_after(
     return len(kept - waiting) + need > limit
 
 
-def lease_info(reply: dict[str, Any], batch_size: int, per_slot: int) -> tuple[int, int]:
-    """(need, limit) for this consumer: the limit as the producer's welcome says it (a producer
-    from before it did lends the same, by the same rule)."""
+def lease_info(lease: int | None, batch_size: int, per_slot: int) -> tuple[int, int]:
+    """(need, limit) for this consumer: the limit as the producer's welcome says it (`lease`; a
+    producer from before it did lends the same, by the same rule)."""
     from gpudesk.loader.consumer_state import LOOKAHEAD, need_slots
 
     need = need_slots(batch_size, per_slot)
-    return need, int(reply.get("lease") or need + LOOKAHEAD)
+    return need, lease or need + LOOKAHEAD

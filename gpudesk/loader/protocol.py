@@ -205,12 +205,10 @@ def recorded_pid(info: ProducerInfo) -> int:
     return info.pid
 
 
-def recorded_start(info: ProducerInfo | dict[str, Any]) -> object:
-    """The start an info file or a welcome gives its process: `started`, or `create_time` from
-    a producer of an earlier gpudesk (process_start reads both forms)."""
-    if isinstance(info, ProducerInfo):
-        return info.started if info.started is not None else info.create_time
-    return info.get("started", info.get("create_time"))
+def recorded_start(info: ProducerInfo) -> float | None:
+    """The start an info file gives its process: `started`, or `create_time` from a producer
+    of an earlier gpudesk (process_start reads both forms)."""
+    return info.started if info.started is not None else info.create_time
 
 
 def recorded_runs(info: ProducerInfo) -> bool:

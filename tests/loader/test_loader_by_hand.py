@@ -216,6 +216,14 @@ def test_a_peers_messages_of_another_shape_are_refused_and_it_serves_on(home: Ho
         for slots in (5, [[1]], ["a"], {"1": 2}):
             sock.send(json.dumps({"type": "release", "slots": slots}).encode())
         sock.send(json.dumps({"type": "bye"}).encode())
+        # its status, answered after the releases and the bye (in order, past the batches it
+        # sent before): they are taken in before the socket closes (LINGER 0 drops the unsent)
+        answer = {"type": "batch"}
+        sock.send(json.dumps({"type": "status"}).encode())
+        while answer["type"] != "status":
+            assert sock.poll(10_000), "no status after the bye"
+            answer = json.loads(sock.recv())
+        assert answer["consumers"] == [], answer
         sock.close()
         with SharedLoader("syn") as loader:
             assert sum(1 for _ in loader) == 4  # one epoch: it serves on
