@@ -43,6 +43,7 @@ from gpudesk.loader.protocol import (
     final_failure,
     gone,
     receive_fd,
+    recorded_start,
 )
 from gpudesk.loader.ring import Ring
 
@@ -179,8 +180,7 @@ def connect(loader: SharedLoader, info: ProducerInfo, resume: bool) -> None:
     loader.ring = Ring.attach(fd, os.fstat(fd).st_size)  # keeps fd: to map more as it grows
     loader._socket = sock
     loader.producer_pid = welcome.pid
-    started = welcome.started  # an earlier gpudesk's producer sent its create_time()
-    loader.producer_started = started if started is not None else welcome.create_time
+    loader.producer_started = recorded_start(welcome)
     loader.managed = welcome.managed
     loader.per_epoch = welcome.batches_per_epoch
     loader.dataset_len = welcome.dataset_len

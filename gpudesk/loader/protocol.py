@@ -30,7 +30,7 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import msgspec
 
@@ -205,9 +205,19 @@ def recorded_pid(info: ProducerInfo) -> int:
     return info.pid
 
 
-def recorded_start(info: ProducerInfo) -> float | None:
-    """The start an info file gives its process: `started`, or `create_time` from a producer
-    of an earlier gpudesk (process_start reads both forms)."""
+class Started(Protocol):
+    """What names a producer's start: its info file (ProducerInfo) or its welcome (Welcome)."""
+
+    @property
+    def started(self) -> float | None: ...
+
+    @property
+    def create_time(self) -> float | None: ...
+
+
+def recorded_start(info: Started) -> float | None:
+    """The start an info file or a welcome gives its process: `started`, or `create_time` from
+    a producer of an earlier gpudesk (process_start reads both forms)."""
     return info.started if info.started is not None else info.create_time
 
 
