@@ -582,6 +582,56 @@ def test_a_members_job_is_told_what_restarts_a_failed_station_producer(
     assert "sudo gpudesk loader register PROFILE" in said and "loader serve" not in said, said
 
 
+def test_root_believes_a_members_info_file_only_where_each_field_is_of_its_type(
+    tmp_path: Path,
+) -> None:
+    """The engine (root) reads a member's info file as a ProducerInfo: a file of hers naming her
+    process is believed; one with a field of another type, or naming root's process, is no
+    producer to the engine, and `loader status` (root's too) says the file is not one."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the engine reading another user's file")
+    from local_users import local_accounts
+
+    from gpudesk.core.identity import Identity
+    from gpudesk.engine.services.loaders import LoaderSupervisor
+    from gpudesk.hw import process_start
+    from gpudesk.loader.protocol import write_info
+    from gpudesk.loader.station_access import prepare_folder
+    from gpudesk.loader.status import DAMAGED, collect
+    from gpudesk.paths import Home
+
+    with local_accounts({"ada": []}) as made:
+        ada = made.users["ada"]
+        run = tmp_path / "run"
+        run.mkdir(mode=0o750)
+        home = Home.system(run / "control.sock", tmp_path / "state")
+        folder = prepare_folder(home, "d", Identity.of(ada.uid, ada.gid, ada.groups), None, "group")
+        info = folder / "d.json"
+        hers = subprocess.Popen(["sleep", "60"], user=ada.uid, group=ada.gid)
+        try:
+            started = process_start.started(hers.pid)
+            supervisor = LoaderSupervisor(home)
+            for text, believed in (
+                (json.dumps({"name": "d", "pid": hers.pid, "started": started}), True),
+                (json.dumps({"name": "d", "pid": str(hers.pid), "started": started}), False),
+                (json.dumps({"name": "d", "pid": hers.pid, "started": "soon"}), False),
+                (json.dumps({"name": "d", "pid": os.getpid()}), False),  # root's process
+            ):
+                info.write_text(text)
+                os.chown(info, ada.uid, ada.gid)
+                said = supervisor._info("d")
+                assert (said is not None and said.pid == hers.pid) is believed, text
+            info.write_text(json.dumps({"name": "d", "pid": "twelve"}))
+            os.chown(info, ada.uid, ada.gid)
+            assert collect("d", home) == [{"name": "d", "error": DAMAGED}]
+            write_info(info, ProducerInfo(name="d", pid=hers.pid))
+            os.chown(info, 0, 0)  # not hers: not read at all
+            assert supervisor._info("d") is None
+        finally:
+            hers.kill()
+            hers.wait()
+
+
 # A member's stand-in for her producer: she owns her loader's folder, so she may put her own
 # socket at its control path and answer the engine's status requests with what she likes.
 HOSTILE = textwrap.dedent("""
