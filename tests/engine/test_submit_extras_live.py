@@ -49,11 +49,13 @@ def test_a_job_with_a_begin_time_waits_as_begintime_and_starts_at_it(
     assert "(BeginTime)" in gpudesk("queue").stdout
     assert "begins at" in (engine.show(job_id).waiting or "")
     wait_for(lambda: started.exists() and started.read_text().strip(), 30, what="the job to run")
-    ran_at = float(started.read_text())
-    assert ran_at >= job.spec.begin_at
-    # the loop woke for the begin time, not at its next idle turn (up to a second later)
-    assert ran_at - job.spec.begin_at < 0.3, ran_at - job.spec.begin_at
-    assert engine.wait_state(job_id, "succeeded").started_at >= job.spec.begin_at
+    assert float(started.read_text()) >= job.spec.begin_at
+    started_at = engine.wait_state(job_id, "succeeded").started_at
+    assert started_at is not None and started_at >= job.spec.begin_at
+    # The loop woke for the begin time, not at its next idle turn (up to a second later). The
+    # engine's own start time, taken as it decides: the job's stamp would add its wrapper's
+    # and sh's start-up, 0.63 s once on a loaded 2-core CI.
+    assert started_at - job.spec.begin_at < 0.3, started_at - job.spec.begin_at
 
 
 def test_an_array_runs_each_task_once_and_its_throttle_caps_how_many_run_at_once(
