@@ -481,8 +481,7 @@ def role_consumer(spec: dict[str, Any]) -> None:
         if not batch_bytes:
             batch_bytes = tensor_bytes(tuple(batch[:2]))
         if kind == "gpudesk":
-            ring = loader.ring.base.untyped_storage().data_ptr()
-            views += images.untyped_storage().data_ptr() == ring
+            views += loader.ring.holds(images)
     t_done = time.time()
     probe_start = own_cpu()
     memory = gpu_memory(device)

@@ -477,13 +477,18 @@ class SharedLoader:
         used = list(dict.fromkeys(piece.slot for piece, _, _ in runs))
         waiting = {piece.slot for piece in pieces}
         owners: list[object] = []
+        # Read through a private mapping of the ring in which this process wrote none of the
+        # batch's pages (ring.py): a change in place stays in this process's copy of them.
+        ring = self.ring.batch_base(
+            [(f.offset, f.nbytes) for p, _, _ in runs for f in p.meta.fields]
+        )
         if self.copy_when_held and no_room_after(
             self._leases, used, waiting, self._need, self.lease_limit
         ):
-            base, staged, runs = private_runs(runs, self.ring.base, staged)
+            base, staged, runs = private_runs(runs, ring, staged)
             self.copied_batches += 1
         else:
-            base, owner = owned_view(self.ring.base)
+            base, owner = owned_view(ring)
             owners.append(owner)
             if staged is not None:
                 staged, owner = owned_view(staged)

@@ -175,9 +175,14 @@ def connect(loader: SharedLoader, info: ProducerInfo, resume: bool) -> None:
         raise LoaderError(
             f"could not get the shared memory of {loader.name!r} from {welcome.fd_socket}: {exc}"
         ) from None
+    try:
+        ring = Ring.attach(fd)  # keeps fd: to map more as it grows
+    except LoaderError:
+        sock.close()
+        raise
     if loader.ring is not None:
         loader.ring.close()  # a restarted producer's ring is another one
-    loader.ring = Ring.attach(fd, os.fstat(fd).st_size)  # keeps fd: to map more as it grows
+    loader.ring = ring
     loader._socket = sock
     loader.producer_pid = welcome.pid
     loader.producer_started = recorded_start(welcome)

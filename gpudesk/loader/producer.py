@@ -531,7 +531,7 @@ class Producer:
 
     def _serve_fd(self) -> None:
         share, group = self.config.share, self.group
-        hand_out_ring(self.fd_server, self.ring.fd, self.config.name, share, group)
+        hand_out_ring(self.fd_server, self.ring.reader_fd, self.config.name, share, group)
 
     def _check_consumers(self) -> None:
         for consumer in list(self.consumers.values()):

@@ -1,11 +1,20 @@
 """The ring: one anonymous shared-memory segment that holds every batch of a producer.
 
 The producer creates it with `memfd_create`, so it has no name in `/dev/shm` and disappears with
-the last process that maps it, even after a SIGKILL. Consumers receive its file descriptor over a
-Unix socket (`SCM_RIGHTS`); the producer's DataLoader workers open it as
+the last process that maps it, even after a SIGKILL. Consumers receive a file descriptor of it
+over a Unix socket (`SCM_RIGHTS`); the producer's DataLoader workers open it as
 `/proc/<producer>/fd/<n>`. All of them map the same pages: a batch is written once, in place, by
 the worker that decoded it, and read in place by every consumer. It is never copied to them or
 pickled, only described (`batch.BatchMeta`).
+
+Only the producer's user writes the ring. A consumer is handed a read-only descriptor
+(`reader_fd`), and the segment's mode is 0600, so that another member cannot open it again for
+writing through `/proc/self/fd`; it is sealed against shrinking (`F_SEAL_SHRINK`), so that no
+mapping of it can end in SIGBUS. A consumer reads each batch through a private copy-on-write
+mapping (`batch_base`): a script that changes its batch in place (`x.sub_(mean)`) changes its
+own copy of those pages only, never the batch another job reads; and a batch whose pages this
+process wrote before (an earlier batch of that slot, changed in place) is read through a fresh
+mapping, never through the stale copies.
 
 The segment only grows. The producer carves regions out of its end (`allocate`); a process whose
 mapping is shorter than a batch it is told about maps it again (`ensure`). Mappings made before
@@ -15,56 +24,105 @@ regions make up which slot is the producer's business; the ring only holds bytes
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import mmap
 import os
+import stat
+import weakref
 from typing import TYPE_CHECKING
+
+from gpudesk.loader.protocol import LoaderError
 
 if TYPE_CHECKING:
     import torch
 
 ALIGN = 64  # every region starts on a cache line, so a view of any dtype is aligned
+# /proc/PID/pagemap's bits (Linux's Documentation/admin-guide/mm/pagemap.rst)
+_FILE_PAGE = 1 << 61  # a page of the file (or shared anonymous), not a private copy
+_PAGE_THERE = (1 << 63) | (1 << 62)  # present, or swapped out
 
 
 class Ring:
     def __init__(self, fd: int, size: int, owner: bool = False) -> None:
         self.fd = fd
         self.owner = owner  # the producer: it may grow the segment
+        self.worker = False  # a producer's worker: it writes batches in place
         self.size = 0  # bytes mapped
         self.end = size  # bytes in the segment, as far as this process knows
         self.base: torch.Tensor | None = None  # the mapping as one uint8 tensor
+        self.reader_fd = -1  # the producer's read-only descriptor, handed to consumers
+        self.mapped: dict[int, int] = {}  # this process's mappings alive: address -> bytes
+        self._pagemap = (-1, -1)  # (pid, descriptor of its /proc/PID/pagemap), opened once
         if size:
             self.ensure(size)
 
     @classmethod
     def create(cls, name: str = "gpudesk-ring") -> Ring:
-        """A new, empty segment (the producer's)."""
-        return cls(os.memfd_create(name, os.MFD_CLOEXEC), 0, owner=True)
+        """A new, empty segment (the producer's): 0600, never shrinking, with a read-only
+        descriptor of it for consumers."""
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.fchmod(fd, 0o600)  # memfd_create makes it 0777: a reader could reopen it to write
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        ring = cls(fd, 0, owner=True)
+        ring.reader_fd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+        return ring
 
     @classmethod
-    def attach(cls, fd: int, size: int) -> Ring:
+    def attach(cls, fd: int) -> Ring:
         """A segment whose descriptor was received (a consumer's); keeps `fd` open, to map
-        more of it as it grows."""
-        return cls(fd, size)
+        more of it as it grows. LoaderError where it is not a producer's ring: a member's
+        producer may hand over any descriptor."""
+        try:
+            info = os.fstat(fd)
+            seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        except OSError:
+            seals = 0
+            info = None
+        if info is None or not stat.S_ISREG(info.st_mode) or not seals & fcntl.F_SEAL_SHRINK:
+            os.close(fd)
+            raise LoaderError(
+                "the producer handed over a descriptor that is not a shared ring sealed "
+                "against shrinking (a memfd with F_SEAL_SHRINK): reading it could end this "
+                "job with SIGBUS (a producer of an older gpudesk sends another one: restart it)"
+            )
+        return cls(fd, info.st_size)
 
     @classmethod
     def open(cls, pid: int, fd: int) -> Ring:
         """The segment of process `pid`, where it has descriptor `fd` (a DataLoader worker of
         the producer, forked or spawned)."""
         own = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
-        return cls(own, os.fstat(own).st_size)
+        ring = cls(own, 0)
+        ring.worker = True
+        ring.ensure(os.fstat(own).st_size)
+        return ring
 
     def ensure(self, size: int) -> None:
         """Map at least `size` bytes of the segment."""
         if size <= self.size:
             return
+        length = os.fstat(self.fd).st_size
+        if size > length:  # bytes past the end of a mapped file are a SIGBUS when read
+            raise LoaderError(
+                f"the producer named bytes up to {size:,} of its ring, which holds {length:,}"
+            )
+        self._map(length)
+        self.end = max(self.end, length)
+
+    def _map(self, size: int) -> None:
+        """Map the first `size` bytes anew, as `base`. The old mapping lives on in the views
+        taken from it, and goes with the last of them."""
         import torch
 
-        size = max(size, os.fstat(self.fd).st_size)
-        mapping = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        # The old mapping lives on in the views taken from it, and goes with the last of them.
+        # A consumer maps it privately (copy-on-write): its descriptor is read-only.
+        flags = mmap.MAP_SHARED if self.owner or self.worker else mmap.MAP_PRIVATE
+        mapping = mmap.mmap(self.fd, size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
         self.base = torch.frombuffer(mapping, dtype=torch.uint8)
         self.size = size
-        self.end = max(self.end, size)
+        address = self.base.data_ptr()
+        self.mapped[address] = size
+        weakref.finalize(mapping, self.mapped.pop, address, None)
 
     def allocate(self, nbytes: int) -> int:
         """A new region of `nbytes` at the end of the segment (the producer only)."""
@@ -82,14 +140,56 @@ class Ring:
         assert self.base is not None
         return self.base[offset : offset + nbytes]
 
+    def batch_base(self, regions: list[tuple[int, int]]) -> torch.Tensor:
+        """The mapping a consumer reads a batch over `regions` (offset, bytes) through: its
+        current one while this process wrote none of those pages, else a fresh one, which
+        becomes the current one. A page written through a private mapping is this process's
+        copy from then on, and would hide what the producer writes there next; one written
+        after the batch was handed out holds its bytes as they are, which the producer does
+        not change while the batch is alive."""
+        try:
+            clean = not self._written(regions)
+        except OSError:  # no pagemap to ask (a /proc without it): a fresh mapping each batch
+            clean = False
+        if not clean:
+            self._map(self.size)
+        assert self.base is not None
+        return self.base
+
+    def _written(self, regions: list[tuple[int, int]]) -> bool:
+        """Whether this process wrote any page of `regions` in its current mapping: such a
+        page is an anonymous copy now, no longer the ring's (/proc/PID/pagemap: a page
+        present or swapped out that is not a file page; Linux's
+        Documentation/admin-guide/mm/pagemap.rst)."""
+        import numpy as np
+
+        assert self.base is not None
+        if self._pagemap[0] != os.getpid():  # opened before a fork: the parent's
+            with contextlib.suppress(OSError):
+                os.close(self._pagemap[1])
+            self._pagemap = (os.getpid(), os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC))
+        address = self.base.data_ptr()
+        for offset, nbytes in regions:
+            if nbytes <= 0:
+                continue
+            first = (address + offset) // mmap.PAGESIZE
+            last = (address + offset + nbytes - 1) // mmap.PAGESIZE
+            raw = os.pread(self._pagemap[1], (last - first + 1) * 8, first * 8)
+            entries = np.frombuffer(raw, dtype=np.uint64)
+            there = (entries & np.uint64(_PAGE_THERE)) != 0
+            copied = there & ((entries & np.uint64(_FILE_PAGE)) == 0)
+            if bool(copied.any()):
+                return True
+        return False
+
     def holds(self, tensor: torch.Tensor) -> bool:
-        """Whether `tensor` is a view of this ring's current mapping."""
-        return self.base is not None and (
-            tensor.untyped_storage().data_ptr() == self.base.untyped_storage().data_ptr()
-        )
+        """Whether `tensor` is a view of a mapping of this ring (not a copy)."""
+        return tensor.untyped_storage().data_ptr() in self.mapped
 
     def close(self) -> None:
         """Close the descriptor; the mapping goes with the last view of it."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        for fd in (self.fd, self.reader_fd, self._pagemap[1]):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = self.reader_fd = -1
+        self._pagemap = (-1, -1)

@@ -83,10 +83,10 @@ def consume(
                 expected = ids.to(torch.float32).view(-1, *([1] * (features.dim() - 1)))
                 if not (torch.equal(labels, ids) and bool((features == expected).all())):
                     data_ok = False
-                if loader.mode == "shared":
-                    ring = loader.ring.base.untyped_storage().data_ptr()
-                    if all(t.untyped_storage().data_ptr() == ring for t in (features, labels, ids)):
-                        views += 1
+                if loader.mode == "shared" and all(
+                    loader.ring.holds(t) for t in (features, labels, ids)
+                ):
+                    views += 1
                 ids_seen.extend(ids.tolist())
                 sizes.append(int(ids.shape[0]))
                 if pause_file and seen >= pause_from:

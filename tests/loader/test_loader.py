@@ -952,18 +952,21 @@ def test_a_dead_producer_is_reported_at_once_or_a_restarted_one_resumed(loaders:
 
 
 def test_batches_are_views_of_the_shared_ring(loaders: Loaders) -> None:
+    """Each batch is read in place through a (private, ring.py) mapping of the whole ring:
+    its tensors are views of that mapping, not copies."""
     size = 100
     producer = loaders.serve(size=size, batch=8, shape=(3, 2))
     for batch_size in (None, 2):  # the producer's batch, and a fraction of it
         with SharedLoader("syn", batch_size=batch_size, with_ids=True, fallback=False) as loader:
             assert loader.mode == "shared"
-            base = loader.ring.base
-            start = base.data_ptr()
-            end = start + base.numel()
             ids_seen = []
             for (features, labels), ids in loader:
+                mapping = ids.untyped_storage()
+                assert mapping.nbytes() == loader.ring.size  # the whole ring, mapped
+                start, end = mapping.data_ptr(), mapping.data_ptr() + mapping.nbytes()
                 for tensor in (features, labels, ids):
-                    assert tensor.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+                    assert loader.ring.holds(tensor)
+                    assert tensor.untyped_storage().data_ptr() == start
                     assert start <= tensor.data_ptr()
                     assert tensor.data_ptr() + tensor.numel() * tensor.element_size() <= end
                 assert features.shape[1:] == (3, 2)
@@ -1238,3 +1241,28 @@ def test_consumers_wait_for_a_producer_preparing_its_selection(
         ids = [i for _, batch_ids in loader for i in batch_ids.tolist()]
     assert len(ids) == len(set(ids)) == 10
     assert "is preparing data selection random-10" in capsys.readouterr().err
+
+
+def test_a_batch_written_in_place_by_one_consumer_is_not_what_another_reads(
+    loaders: Loaders,
+) -> None:
+    """Scripts change batches in place (`x.sub_(mean)`, augmentations): one job's change must
+    not reach another job reading the same batch, nor the same job's next batch in that slot."""
+    producer = loaders.serve(size=64, batch=8, shape=(3,), slots=4)
+    with (
+        SharedLoader("syn", with_ids=True, fallback=False) as mine,
+        SharedLoader("syn", with_ids=True, fallback=False) as theirs,
+    ):
+        assert mine.mode == theirs.mode == "shared"
+        seen = 0
+        for ((features, labels), ids), ((their_features, _), their_ids) in zip(
+            mine, theirs, strict=True
+        ):
+            assert torch.equal(ids, their_ids)
+            assert bool((features == ids.float().view(-1, 1)).all()), "a slot's old copy"
+            features.fill_(-1.0)  # in place, in this job only
+            labels.zero_()
+            assert bool((their_features == their_ids.float().view(-1, 1)).all())
+            seen += len(ids)
+        assert seen == 64
+    assert producer.stop() == 0

@@ -4,9 +4,13 @@ out of it, compared with what torch's own `default_collate` makes of the same sa
 
 from __future__ import annotations
 
+import gc
+import mmap
 import os
 import random
+import stat
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +31,7 @@ from gpudesk.loader.batch import (
 from gpudesk.loader.consumer import SharedLoader
 from gpudesk.loader.fetch import batch_seed, seeded
 from gpudesk.loader.lease import Leases
+from gpudesk.loader.protocol import LoaderError
 from gpudesk.loader.ring import Ring
 from gpudesk.loader.slots import SlotTable
 
@@ -149,7 +154,7 @@ def test_the_first_batch_lays_slots_out_field_by_field_so_adjacent_slots_are_one
 
 def test_a_second_mapping_sees_the_same_pages_and_growing_keeps_old_views(table: SlotTable) -> None:
     piece = put(table, 0, (0, 0), [sample(i) for i in range(8)], list(range(8)))
-    other = Ring.attach(os.dup(table.ring.fd), os.fstat(table.ring.fd).st_size)
+    other = Ring.attach(os.dup(table.ring.reader_fd))
     try:
         assert other.base is not None
         view, _ = collate(other.base, [(piece, 0, 8)])
@@ -159,7 +164,8 @@ def test_a_second_mapping_sees_the_same_pages_and_growing_keeps_old_views(table:
         table.ring.allocate(1 << 20)  # the producer grows the ring...
         other.ensure(table.ring.end)  # ...and a consumer maps it again
         assert view[1].tolist() == list(range(20, 28))  # what it read before is still good
-        assert not other.holds(view[1]) and other.size >= table.ring.end
+        assert other.base is not None and other.size >= table.ring.end
+        assert view[1].untyped_storage().data_ptr() != other.base.untyped_storage().data_ptr()
     finally:
         other.close()
 
@@ -212,7 +218,7 @@ def test_assembling_takes_samples_across_slots_once_and_hands_them_to_a_collate_
     ]
     batch, batch_ids, spent = assembler(table)._assemble(pieces, 12)
     assert batch_ids.tolist() == batch[1].tolist() == list(range(12)) and spent == [1]
-    assert batch[0].untyped_storage().data_ptr() == base(table).untyped_storage().data_ptr()
+    assert table.ring.holds(batch[0])  # a view: of the batch's own mapping of the ring
     assert len(pieces) == 1 and pieces[0].start == 4
     seen: list[list[Any]] = []
     batch, batch_ids, spent = assembler(table, lambda s: seen.append(s) or len(s))._assemble(
@@ -220,7 +226,81 @@ def test_assembling_takes_samples_across_slots_once_and_hands_them_to_a_collate_
     )
     assert batch == 4 and batch_ids.tolist() == list(range(12, 16)) and spent == [2]
     assert [s[1] for s in seen[0]] == list(range(12, 16))
-    assert all(
-        s[0].untyped_storage().data_ptr() == base(table).untyped_storage().data_ptr()
-        for s in seen[0]
-    )
+    assert all(table.ring.holds(s[0]) for s in seen[0])
+
+
+def test_a_consumer_gets_a_read_only_descriptor_of_a_0600_segment_that_cannot_shrink(
+    table: SlotTable,
+) -> None:
+    put(table, 0, (0, 0), [sample(i) for i in range(8)], list(range(8)))
+    ring = table.ring
+    assert stat.S_IMODE(os.fstat(ring.fd).st_mode) == 0o600  # memfd_create makes it 0777
+    assert os.fstat(ring.reader_fd).st_ino == os.fstat(ring.fd).st_ino
+    with pytest.raises(PermissionError):
+        mmap.mmap(ring.reader_fd, 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    with pytest.raises(OSError):
+        os.pwrite(ring.reader_fd, b"x", 0)
+    with pytest.raises(PermissionError):  # F_SEAL_SHRINK: not even by the producer
+        os.ftruncate(ring.fd, 0)
+    ring.allocate(1 << 16)  # growing is how it works
+
+
+def test_a_consumer_refuses_what_is_not_a_sealed_ring_and_bytes_past_its_end(
+    table: SlotTable, tmp_path: Path
+) -> None:
+    """A member's producer hands over the descriptor: a plain file, a pipe or a memfd that can
+    shrink would end a job with SIGBUS when read past its end; refused in one line."""
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"\0" * 4096)
+    unsealed = os.memfd_create("unsealed")
+    os.ftruncate(unsealed, 4096)
+    read_end, write_end = os.pipe()
+    os.close(write_end)
+    for fd in (os.open(plain, os.O_RDONLY), unsealed, read_end):
+        with pytest.raises(LoaderError, match="not a shared ring sealed against shrinking"):
+            Ring.attach(fd)
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed by the refusal
+    consumer = Ring.attach(os.dup(table.ring.reader_fd))
+    try:
+        with pytest.raises(LoaderError, match="named bytes up to"):
+            consumer.ensure(table.ring.end + 1)
+    finally:
+        consumer.close()
+
+
+def regions(piece: Piece) -> list[tuple[int, int]]:
+    return [(f.offset, f.nbytes) for f in piece.meta.fields]
+
+
+def test_a_batch_changed_in_place_changes_only_this_process_copy_of_its_pages(
+    table: SlotTable,
+) -> None:
+    """Slots 0 and 1 share pages here (their regions are a few bytes): slot 1's next batch is
+    read through a fresh mapping once slot 0's batch was changed in place, and the batch that
+    was changed keeps its change."""
+    first = put(table, 0, (0, 0), [sample(i) for i in range(8)], list(range(8)))
+    neighbour = put(table, 1, (0, 1), [sample(i) for i in range(8, 16)], list(range(8, 16)))
+    mine = Ring.attach(os.dup(table.ring.reader_fd))  # this job
+    theirs = Ring.attach(os.dup(table.ring.reader_fd))  # another job on the same producer
+    try:
+        mapping = mine.batch_base(regions(first))
+        assert mine.batch_base(regions(neighbour)) is mapping  # nothing written: the same one
+        batch, _ = collate(mapping, [(first, 0, 8)])
+        batch[0].fill_(-1.0)  # a script's `x.sub_(mean)`
+        assert mine.holds(batch[0]) and bool(batch[0].eq(-1.0).all())
+        want = [[float(i)] * 3 for i in range(8)]
+        assert collate(theirs.batch_base(regions(first)), [(first, 0, 8)])[0][0].tolist() == want
+        assert collate(base(table), [(first, 0, 8)])[0][0].tolist() == want  # the ring's own
+        # The producer reuses slot 1, whose pages this job's write copied: read anew.
+        neighbour = put(table, 1, (0, 2), [sample(i) for i in range(20, 28)], list(range(20, 28)))
+        fresh = mine.batch_base(regions(neighbour))
+        assert fresh is not mapping
+        assert collate(fresh, [(neighbour, 0, 8)])[0][1].tolist() == list(range(20, 28))
+        assert bool(batch[0].eq(-1.0).all())  # the changed batch keeps its change
+        del batch, mapping
+        gc.collect()
+        assert list(mine.mapped) == [fresh.data_ptr()]  # the written mapping went with its batch
+    finally:
+        mine.close()
+        theirs.close()

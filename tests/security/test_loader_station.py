@@ -759,3 +759,66 @@ def test_a_members_stopping_words_reach_no_terminal_and_hold_no_ask(
         hostile.kill()
         hostile.wait()
         ended(producer)
+
+
+# A member's job that tries every way to write the ring of another member's producer: a shared
+# writable mapping, writing or truncating the descriptor it was handed, and opening that
+# descriptor again for writing. It prints what each did (the errno's name, or "wrote").
+RING_WRITER = textwrap.dedent("""
+    import errno, json, mmap, os, sys
+    from gpudesk.loader import SharedLoader
+    loader = SharedLoader(sys.argv[1], with_ids=True, fallback=False)
+    fd = loader.ring.fd
+
+    def attempt(action):
+        try:
+            action()
+        except OSError as exc:
+            return errno.errorcode.get(exc.errno, str(exc.errno))
+        return "wrote"
+
+    def reopened():
+        os.close(os.open(f"/proc/self/fd/{fd}", os.O_RDWR))
+
+    tried = {
+        "mmap_shared_write": attempt(
+            lambda: mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        ),
+        "write": attempt(lambda: os.pwrite(fd, b"x", 0)),
+        "truncate": attempt(lambda: os.ftruncate(fd, 0)),
+        "reopen_for_writing": attempt(reopened),
+    }
+    (x, y), i = next(iter(loader))
+    x.fill_(-1.0)  # in place: its own pages only
+    print(json.dumps({"tried": tried, "mode": loader.mode, "uid": os.getuid()}))
+""")
+
+
+@on_station
+@pytest.mark.slow(8)
+def test_a_member_reading_anothers_loader_cannot_write_its_ring(
+    station: tuple[Station, str, Path],
+) -> None:
+    """Bob reads ada's group-shared loader: he gets a read-only descriptor of a 0600 segment,
+    so no batch that ada's or carol's job reads can be changed by his (ring.py)."""
+    st, python, consumer = station
+    writer = consumer.parent / "ring_writer.py"
+    writer.write_text(RING_WRITER)
+    writer.chmod(0o644)
+    producer = serving(st, "sealed")
+    try:
+        job, out = run_job(st, python, writer, "bob", "sealed")
+        assert job["state"] == "succeeded", out
+        got = result(out)
+        assert got["mode"] == "shared" and got["uid"] == st.users["bob"].uid
+        assert got["tried"] == {
+            "mmap_shared_write": "EACCES",
+            "write": "EBADF",
+            "truncate": "EINVAL",
+            "reopen_for_writing": "EACCES",
+        }, got
+        job, out = run_job(st, python, consumer, "ada", "sealed")  # ada's own job reads on
+        assert job["state"] == "succeeded", out
+        assert result(out)["ids"] == list(range(SIZE))
+    finally:
+        ended(producer)
