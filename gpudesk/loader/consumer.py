@@ -351,6 +351,9 @@ class SharedLoader:
         except StagingUnavailable as exc:
             self._mirror, self._mirror_gen = None, 0
             self.data_path = f"host: {exc}"
+        except (KeyError, TypeError, ValueError) as exc:  # a member's producer sent what it liked
+            self._mirror, self._mirror_gen = None, 0
+            self.data_path = f"host: the producer sent a mirror handle of another shape ({exc!r})"
 
     def _epoch_length(self) -> int:
         return epoch_length(self) if self.mode == "local" else self.dataset_len
@@ -430,14 +433,12 @@ class SharedLoader:
             raise _ProducerLost(message.get("message") or "the producer stopped")
         if kind != "batch":
             return
-        slot = int(message["slot"])
-        key_epoch, index = (int(k) for k in message["key"])
+        slot, key_epoch, index, meta = self._batch_of(message)
         self._held.add(slot)
         if key_epoch < self.epoch or index in self._received[key_epoch]:
             self._release.append(slot)  # a batch it already has (a restarted producer)
             return
         self._leases.hold(slot)
-        meta = BatchMeta.from_wire(message["meta"])
         assert self.ring is not None
         self.ring.ensure(max(f.offset + f.nbytes for f in meta.fields))
         if "mirror" in message and self._mirror is not None:
@@ -452,6 +453,23 @@ class SharedLoader:
             _insert(pieces, Piece(slot, meta, start, end, index, gen))
         else:
             self._pending[key_epoch].append(Piece(slot, meta, first, end, index, gen))
+
+    def _batch_of(self, message: dict[str, Any]) -> tuple[int, int, int, BatchMeta]:
+        """A batch message's slot, key and description, checked: on a station the producer
+        is its owner's process, and one of another shape is a LoaderError saying so, not a
+        traceback in another member's job."""
+        try:
+            slot, key, gen = message["slot"], message["key"], message.get("gen", 0)
+            if type(slot) is not int or slot < 0 or type(gen) is not int:
+                raise ValueError(f"slot {slot!r}, generation {gen!r}")
+            if not (isinstance(key, list) and len(key) == 2 and all(type(k) is int for k in key)):
+                raise ValueError(f"key {key!r}")
+            return slot, key[0], key[1], BatchMeta.checked(message["meta"])
+        except (KeyError, ValueError) as exc:
+            raise LoaderError(
+                f"the producer for {self.name!r} (pid {self.producer_pid}) sent a batch this "
+                f"consumer cannot read: {exc}"
+            ) from None
 
     def _assemble(self, pieces: list[Piece], take: int) -> tuple[Any, Any, list[int]]:
         """`take` samples from the front of `pieces`, as the batch, its ids and the slots it
@@ -482,8 +500,9 @@ class SharedLoader:
         ring = self.ring.batch_base(
             [(f.offset, f.nbytes) for p, _, _ in runs for f in p.meta.fields]
         )
-        if self.copy_when_held and no_room_after(
-            self._leases, used, waiting, self._need, self.lease_limit
+        if self.ring.copies or (
+            self.copy_when_held
+            and no_room_after(self._leases, used, waiting, self._need, self.lease_limit)
         ):
             base, staged, runs = private_runs(runs, ring, staged)
             self.copied_batches += 1

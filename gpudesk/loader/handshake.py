@@ -169,16 +169,14 @@ def connect(loader: SharedLoader, info: ProducerInfo, resume: bool) -> None:
         raise
     welcome = welcome_in(reply, sock, loader.name)
     try:
-        fd = receive_fd(Path(welcome.fd_socket))
+        ring = Ring.attach(receive_fd(Path(welcome.fd_socket)))  # keeps the fd: to map more
     except OSError as exc:
-        sock.close()
+        leave(sock)
         raise LoaderError(
             f"could not get the shared memory of {loader.name!r} from {welcome.fd_socket}: {exc}"
         ) from None
-    try:
-        ring = Ring.attach(fd)  # keeps fd: to map more as it grows
-    except LoaderError:
-        sock.close()
+    except LoaderError:  # refused, or not a ring this consumer may read
+        leave(sock)
         raise
     if loader.ring is not None:
         loader.ring.close()  # a restarted producer's ring is another one
@@ -235,3 +233,15 @@ def open_staging(loader: SharedLoader, welcome: Welcome) -> None:
     if loader._socket is not None:
         with contextlib.suppress(zmq.ZMQError):
             loader._socket.send(encode("path", path=loader.data_path))
+
+
+# how long closing waits to hand the goodbye to the producer's socket (a local ipc pipe)
+LEAVE_LINGER_MS = 200
+
+
+def leave(sock: zmq.Socket[bytes]) -> None:
+    """Say goodbye to a producer that welcomed this consumer, then close: it need not keep
+    slots for a consumer that will not read them until its process ends."""
+    with contextlib.suppress(zmq.ZMQError):
+        sock.send(encode("bye"), zmq.NOBLOCK)
+    sock.close(linger=LEAVE_LINGER_MS)

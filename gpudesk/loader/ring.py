@@ -10,11 +10,13 @@ pickled, only described (`batch.BatchMeta`).
 Only the producer's user writes the ring. A consumer is handed a read-only descriptor
 (`reader_fd`), and the segment's mode is 0600, so that another member cannot open it again for
 writing through `/proc/self/fd`; it is sealed against shrinking (`F_SEAL_SHRINK`), so that no
-mapping of it can end in SIGBUS. A consumer reads each batch through a private copy-on-write
-mapping (`batch_base`): a script that changes its batch in place (`x.sub_(mean)`) changes its
-own copy of those pages only, never the batch another job reads; and a batch whose pages this
-process wrote before (an earlier batch of that slot, changed in place) is read through a fresh
-mapping, never through the stale copies.
+one can shrink it under a consumer's mapping (a SIGBUS when read). A consumer reads each batch
+through a private copy-on-write mapping (`batch_base`): a script that changes its batch in place
+(`x.sub_(mean)`) changes its own copy of those pages only, never the batch another job reads;
+and a batch whose pages this process wrote before (an earlier batch of that slot, changed in
+place) is read through a fresh mapping, never through the stale copies. Where the kernel will
+not commit a private writable mapping of the ring's size (`vm.overcommit_memory=2` charges it
+whole), the consumer maps it read-only and hands out copies (`copies`).
 
 The segment only grows. The producer carves regions out of its end (`allocate`); a process whose
 mapping is shorter than a batch it is told about maps it again (`ensure`). Mappings made before
@@ -25,10 +27,13 @@ regions make up which slot is the producer's business; the ring only holds bytes
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import logging
 import mmap
 import os
 import stat
+import warnings
 import weakref
 from typing import TYPE_CHECKING
 
@@ -36,6 +41,8 @@ from gpudesk.loader.protocol import LoaderError
 
 if TYPE_CHECKING:
     import torch
+
+log = logging.getLogger("gpudesk.loader")
 
 ALIGN = 64  # every region starts on a cache line, so a view of any dtype is aligned
 # /proc/PID/pagemap's bits (Linux's Documentation/admin-guide/mm/pagemap.rst)
@@ -52,7 +59,10 @@ class Ring:
         self.end = size  # bytes in the segment, as far as this process knows
         self.base: torch.Tensor | None = None  # the mapping as one uint8 tensor
         self.reader_fd = -1  # the producer's read-only descriptor, handed to consumers
-        self.mapped: dict[int, int] = {}  # this process's mappings alive: address -> bytes
+        self.mapped: dict[int, object] = {}  # this process's mappings alive, by address
+        # A consumer that may not commit a private mapping of the ring's size maps it
+        # read-only and hands out copies (`_map`)
+        self.copies = False
         self._pagemap = (-1, -1)  # (pid, descriptor of its /proc/PID/pagemap), opened once
         if size:
             self.ensure(size)
@@ -62,10 +72,19 @@ class Ring:
         """A new, empty segment (the producer's): 0600, never shrinking, with a read-only
         descriptor of it for consumers."""
         fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        os.fchmod(fd, 0o600)  # memfd_create makes it 0777: a reader could reopen it to write
+        # memfd_create makes it 0777: another user handed a read-only descriptor could open
+        # it again through /proc/self/fd to write (its owner still may: her own jobs)
+        os.fchmod(fd, 0o600)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
         ring = cls(fd, 0, owner=True)
-        ring.reader_fd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            ring.reader_fd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            ring.close()
+            raise LoaderError(
+                f"a producer opens its ring read-only for consumers through /proc/self/fd, "
+                f"which this system does not give it ({exc}): mount /proc"
+            ) from None
         return ring
 
     @classmethod
@@ -86,7 +105,11 @@ class Ring:
                 "against shrinking (a memfd with F_SEAL_SHRINK): reading it could end this "
                 "job with SIGBUS (a producer of an older gpudesk sends another one: restart it)"
             )
-        return cls(fd, info.st_size)
+        try:
+            return cls(fd, info.st_size)
+        except LoaderError:
+            os.close(fd)
+            raise
 
     @classmethod
     def open(cls, pid: int, fd: int) -> Ring:
@@ -115,14 +138,36 @@ class Ring:
         taken from it, and goes with the last of them."""
         import torch
 
+        shared = self.owner or self.worker
         # A consumer maps it privately (copy-on-write): its descriptor is read-only.
-        flags = mmap.MAP_SHARED if self.owner or self.worker else mmap.MAP_PRIVATE
-        mapping = mmap.mmap(self.fd, size, flags, mmap.PROT_READ | mmap.PROT_WRITE)
-        self.base = torch.frombuffer(mapping, dtype=torch.uint8)
+        flags = mmap.MAP_SHARED if shared else mmap.MAP_PRIVATE
+        protection = mmap.PROT_READ | mmap.PROT_WRITE
+        if self.copies:
+            flags, protection = mmap.MAP_SHARED, mmap.PROT_READ
+        try:
+            mapping = mmap.mmap(self.fd, size, flags, protection)
+        except OSError as exc:
+            if shared or self.copies or exc.errno != errno.ENOMEM:
+                raise LoaderError(
+                    f"could not map the shared ring ({size:,} bytes): {exc}"
+                ) from None
+            # vm.overcommit_memory=2 charges a private writable mapping its whole size
+            log.warning(
+                "a private mapping of the shared ring (%s MiB) is more than the kernel lets "
+                "this process commit (vm.overcommit_memory=2?): batches are private copies",
+                size >> 20,
+            )
+            self.copies = True
+            self._map(size)
+            return
+        with warnings.catch_warnings():  # read-only (copies): only ever copied out of
+            warnings.simplefilter("ignore", UserWarning)
+            self.base = torch.frombuffer(mapping, dtype=torch.uint8)
         self.size = size
         address = self.base.data_ptr()
-        self.mapped[address] = size
-        weakref.finalize(mapping, self.mapped.pop, address, None)
+        token = object()
+        self.mapped[address] = token
+        weakref.finalize(mapping, _forget, self.mapped, address, token)
 
     def allocate(self, nbytes: int) -> int:
         """A new region of `nbytes` at the end of the segment (the producer only)."""
@@ -147,6 +192,9 @@ class Ring:
         copy from then on, and would hide what the producer writes there next; one written
         after the batch was handed out holds its bytes as they are, which the producer does
         not change while the batch is alive."""
+        if self.copies:  # read-only: nothing was written, and batches are copied out
+            assert self.base is not None
+            return self.base
         try:
             clean = not self._written(regions)
         except OSError:  # no pagemap to ask (a /proc without it): a fresh mapping each batch
@@ -165,8 +213,10 @@ class Ring:
 
         assert self.base is not None
         if self._pagemap[0] != os.getpid():  # opened before a fork: the parent's
-            with contextlib.suppress(OSError):
-                os.close(self._pagemap[1])
+            inherited, self._pagemap = self._pagemap[1], (-1, -1)
+            if inherited >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(inherited)
             self._pagemap = (os.getpid(), os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC))
         address = self.base.data_ptr()
         for offset, nbytes in regions:
@@ -188,8 +238,16 @@ class Ring:
 
     def close(self) -> None:
         """Close the descriptor; the mapping goes with the last view of it."""
-        for fd in (self.fd, self.reader_fd, self._pagemap[1]):
-            if fd >= 0:
-                os.close(fd)
+        fds = (self.fd, self.reader_fd, self._pagemap[1])
         self.fd = self.reader_fd = -1
         self._pagemap = (-1, -1)
+        for fd in fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+def _forget(mapped: dict[int, object], address: int, token: object) -> None:
+    """A mapping is gone: forget its address, unless a newer mapping has it by now."""
+    if mapped.get(address) is token:
+        del mapped[address]

@@ -4,6 +4,7 @@ out of it, compared with what torch's own `default_collate` makes of the same sa
 
 from __future__ import annotations
 
+import errno
 import gc
 import mmap
 import os
@@ -205,7 +206,7 @@ def assembler(table: SlotTable, collate_fn: Any = None) -> SharedLoader:
     """A SharedLoader with just what `_assemble` uses (no producer)."""
     loader = SharedLoader.__new__(SharedLoader)
     loader.ring, loader.collate_fn = table.ring, collate_fn
-    loader.copy_when_held, loader._leases = False, Leases()
+    loader.copy_when_held, loader._leases, loader.copied_batches = False, Leases(), 0
     return loader
 
 
@@ -304,3 +305,54 @@ def test_a_batch_changed_in_place_changes_only_this_process_copy_of_its_pages(
     finally:
         mine.close()
         theirs.close()
+
+
+def test_a_consumer_that_may_not_commit_a_private_mapping_hands_out_copies(
+    table: SlotTable, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """vm.overcommit_memory=2 charges a private writable mapping the ring's whole size: where
+    the kernel refuses it (ENOMEM), the ring is mapped read-only and batches are copies."""
+    piece = put(table, 0, (0, 0), [sample(i) for i in range(8)], list(range(8)))
+    real = mmap.mmap
+
+    def strict(fd: int, length: int, flags: int, prot: int) -> mmap.mmap:
+        if flags & mmap.MAP_PRIVATE and prot & mmap.PROT_WRITE:
+            raise OSError(errno.ENOMEM, "Cannot allocate memory")
+        return real(fd, length, flags, prot)
+
+    monkeypatch.setattr(mmap, "mmap", strict)
+    consumer = Ring.attach(os.dup(table.ring.reader_fd))
+    try:
+        assert consumer.copies
+        assert "batches are private copies" in caplog.text
+        loader = assembler(table)
+        loader.ring = consumer
+        batch, batch_ids, _ = loader._assemble([piece], 8)
+        assert batch_ids.tolist() == list(range(8))
+        assert not consumer.holds(batch[0]) and loader.copied_batches == 1  # a copy
+        batch[0].fill_(-1.0)
+        assert collate(base(table), [(piece, 0, 8)])[0][0][:, 0].tolist() == list(range(8))
+    finally:
+        consumer.close()
+
+
+def test_without_pagemap_every_batch_is_read_through_a_fresh_mapping(
+    table: SlotTable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = put(table, 0, (0, 0), [sample(i) for i in range(8)], list(range(8)))
+
+    def no_pagemap(self: Ring, regions: list[tuple[int, int]]) -> bool:
+        raise FileNotFoundError(2, "No such file or directory", "/proc/self/pagemap")
+
+    monkeypatch.setattr(Ring, "_written", no_pagemap)
+    consumer = Ring.attach(os.dup(table.ring.reader_fd))
+    try:
+        mapping = consumer.batch_base(regions(first))
+        batch, _ = collate(mapping, [(first, 0, 8)])
+        batch[1].zero_()  # the ids, changed in place
+        first = put(table, 0, (0, 1), [sample(i) for i in range(20, 28)], list(range(20, 28)))
+        fresh = consumer.batch_base(regions(first))
+        assert fresh is not mapping
+        assert collate(fresh, [(first, 0, 8)])[0][1].tolist() == list(range(20, 28))
+    finally:
+        consumer.close()

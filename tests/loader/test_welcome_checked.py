@@ -1,21 +1,30 @@
-"""A producer's welcome is checked whole before a consumer uses it: on a station the producer is
-its owner's process and the consumers are the other members' jobs, so one of another shape is a
-LoaderError saying so, not a traceback in their job (it was a KeyError or a ValueError)."""
+"""A producer's welcome, and each batch message after it, is checked whole before a consumer uses
+it: on a station the producer is its owner's process and the consumers are the other members'
+jobs, so one of another shape is a LoaderError saying so, not a traceback in their job (it was a
+KeyError, a ValueError or a TypeError)."""
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+import torch
 import zmq
 
 from gpudesk.hw import process_start
 from gpudesk.loader import LoaderError, SharedLoader
+from gpudesk.loader.batch import pack
 from gpudesk.loader.protocol import ProducerInfo, write_info
+from gpudesk.loader.ring import Ring
+from gpudesk.loader.slots import SlotTable
 from gpudesk.paths import Home
 
 NAME = "syn"
@@ -70,3 +79,86 @@ def test_a_welcome_of_another_shape_is_a_loader_error(
         answering.join()
     said = str(raised.value)
     assert f"the producer for {NAME!r} sent a welcome this consumer cannot read" in said, said
+
+
+def valid_batch() -> tuple[Ring, dict[str, Any]]:
+    """A real ring holding one batch of 8 samples in slot 0, and the message announcing it."""
+    ring = Ring.create("stand-in")
+    table = SlotTable(ring, 2, batch_size=8)
+    regions = table.request_regions(0)
+
+    def place(field: int, nbytes: int) -> tuple[int, torch.Tensor] | None:
+        if field >= len(regions) or nbytes > regions[field][1]:
+            return None
+        return regions[field][0], ring.view(regions[field][0], nbytes)
+
+    batch = [(torch.full((3,), float(i)), i) for i in range(8)]
+    meta = table.place(0, pack((0, 0), batch, list(range(8)), place))
+    return ring, {"type": "batch", "slot": 0, "key": [0, 0], "meta": meta.to_wire()}
+
+
+def field_changed(message: dict[str, Any], field: int, at: int, value: object) -> dict[str, Any]:
+    meta = json.loads(json.dumps(message["meta"]))
+    meta[2][field][at] = value
+    return {**message, "meta": meta}
+
+
+BAD_BATCHES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "valid": lambda m: m,
+    "slot as text": lambda m: {**m, "slot": "0"},
+    "a key of one number": lambda m: {**m, "key": [0]},
+    "no description": lambda m: {k: v for k, v in m.items() if k != "meta"},
+    "bytes its shape does not hold": lambda m: field_changed(m, 0, 5, 10**9),
+    "a dtype that is not one": lambda m: field_changed(m, 0, 1, "load"),
+    "a negative offset": lambda m: field_changed(m, 0, 2, -64),
+    "a structure naming field 9": lambda m: {**m, "meta": [8, ["tuple", [0, 9]], m["meta"][2]]},
+    "a structure nested past any sample": lambda m: {
+        **m,
+        "meta": [8, functools.reduce(lambda s, _: ["list", [s]], range(100), 0), m["meta"][2]],
+    },
+}
+
+
+@pytest.mark.parametrize("case", BAD_BATCHES)
+def test_a_batch_message_of_another_shape_is_a_loader_error(
+    stand_in: tuple[Home, zmq.Socket[bytes]], case: str
+) -> None:
+    """The producer's batch messages are checked as its welcome is: a member's producer could
+    send what it liked, and one that does not add up ended the consumer with a KeyError, a
+    ValueError or a TypeError (or had it read past the batch)."""
+    home, sock = stand_in
+    ring, message = valid_batch()
+    _, fd_path, _ = home.loader_paths(NAME)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(fd_path))
+    server.listen(1)
+    welcome = {
+        "pid": os.getpid(), "fd_socket": str(fd_path), "epoch": 0, "batches_per_epoch": 1,
+        "dataset_len": 8, "batch_size": 8,
+    }  # fmt: skip
+
+    def produce() -> None:
+        if sock.poll(30_000):
+            ident, _hello = sock.recv_multipart()
+            sock.send_multipart([ident, json.dumps({"type": "welcome", **welcome}).encode()])
+            conn, _ = server.accept()
+            with conn:
+                socket.send_fds(conn, [b"ring"], [ring.reader_fd])
+            sock.send_multipart([ident, json.dumps(BAD_BATCHES[case](message)).encode()])
+
+    producing = threading.Thread(target=produce)
+    producing.start()
+    try:
+        with SharedLoader(NAME, fallback=False, with_ids=True, home=home.root) as loader:
+            if case == "valid":
+                (features, _labels), ids = next(iter(loader))
+                assert ids.tolist() == list(range(8)) and features[:, 0].tolist() == list(range(8))
+            else:
+                with pytest.raises(LoaderError) as raised:
+                    next(iter(loader))
+                said = str(raised.value)
+                assert f"the producer for {NAME!r} (pid {os.getpid()}) sent a batch" in said, said
+    finally:
+        producing.join()
+        server.close()
+        ring.close()

@@ -762,8 +762,10 @@ def test_a_members_stopping_words_reach_no_terminal_and_hold_no_ask(
 
 
 # A member's job that tries every way to write the ring of another member's producer: a shared
-# writable mapping, writing or truncating the descriptor it was handed, and opening that
-# descriptor again for writing. It prints what each did (the errno's name, or "wrote").
+# writable mapping, writing or truncating the descriptor it was handed (EINVAL: it is read-only;
+# the seal against shrinking is test_loader_ring.py's), and opening that descriptor again for
+# writing. It prints what each did (the errno's name, or "wrote"). Every way to change the
+# pages another job reads goes through one of them (or ptrace of her producer: another user's).
 RING_WRITER = textwrap.dedent("""
     import errno, json, mmap, os, sys
     from gpudesk.loader import SharedLoader
@@ -788,8 +790,6 @@ RING_WRITER = textwrap.dedent("""
         "truncate": attempt(lambda: os.ftruncate(fd, 0)),
         "reopen_for_writing": attempt(reopened),
     }
-    (x, y), i = next(iter(loader))
-    x.fill_(-1.0)  # in place: its own pages only
     print(json.dumps({"tried": tried, "mode": loader.mode, "uid": os.getuid()}))
 """)
 
