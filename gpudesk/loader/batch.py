@@ -100,26 +100,6 @@ class BatchMeta:
         count, structure, fields = data
         return cls(int(count), structure, tuple(FieldMeta.from_wire(f) for f in fields))
 
-    @classmethod
-    def checked(cls, data: Any) -> BatchMeta:
-        """A batch's description as a producer sent it, checked whole: on a station the
-        producer is another member's process, and a description that does not add up would
-        end her jobs with a traceback, or have them read past the batch. ValueError saying
-        what does not add up."""
-        try:
-            meta = cls.from_wire(data)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"not a batch's description ({exc})") from None
-        if meta.count < 0 or not meta.fields:
-            raise ValueError("a batch of no samples or no fields")
-        for number, field in enumerate(meta.fields):
-            _check_field(field, meta.count, number)
-        ids = meta.fields[-1]
-        if ids.dtype != "int64" or ids.shape != ():
-            raise ValueError("its last field is not the samples' ids")
-        _check_structure(meta.structure, len(meta.fields) - 1, depth=0)
-        return meta
-
 
 @dataclass
 class Packed:
@@ -130,54 +110,6 @@ class Packed:
     key: tuple[int, int]
     meta: BatchMeta
     loose: dict[int, torch.Tensor]
-
-
-def _check_field(field: FieldMeta, count: int, number: int) -> None:
-    """ValueError unless `field` is of a kind and dtype this loader reads and its bytes are
-    exactly what its shapes say, at a place in the ring."""
-    import torch
-
-    if field.kind not in KINDS or not isinstance(getattr(torch, field.dtype, None), torch.dtype):
-        raise ValueError(f"field {number}: kind {field.kind!r}, dtype {field.dtype!r}")
-    if field.offset < 0 or field.nbytes < 0:
-        raise ValueError(f"field {number}: at {field.offset}, {field.nbytes} bytes")
-    if field.shape is not None:
-        shapes: tuple[Shape, ...] = (field.shape,) * count
-    elif field.shapes is not None and len(field.shapes) == count:
-        shapes = field.shapes
-    else:
-        raise ValueError(f"field {number}: no shape for each of its {count} samples")
-    if any(n < 0 for shape in shapes for n in shape):
-        raise ValueError(f"field {number}: a negative size")
-    if sum(math.prod(shape) for shape in shapes) * field.itemsize != field.nbytes:
-        raise ValueError(f"field {number}: {field.nbytes} bytes, not what its shapes hold")
-
-
-MAX_STRUCTURE_DEPTH = 64  # a sample nested deeper than this is not one a dataset returns
-
-
-def _check_structure(structure: Any, fields: int, depth: int) -> None:
-    """ValueError unless `structure` is a sample's structure over field numbers below
-    `fields` (`_describe`'s form)."""
-    if depth > MAX_STRUCTURE_DEPTH:
-        raise ValueError("a sample's structure nested too deep")
-    if type(structure) is int:
-        if not 0 <= structure < fields:
-            raise ValueError(f"a sample's structure names field {structure}")
-        return
-    if not (isinstance(structure, list) and len(structure) == 2):
-        raise ValueError("a sample's structure of another form")
-    kind, inner = structure
-    if kind in ("tuple", "list") and isinstance(inner, list):
-        for part in inner:
-            _check_structure(part, fields, depth + 1)
-    elif kind == "dict" and isinstance(inner, list):
-        for entry in inner:
-            if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)):
-                raise ValueError("a sample's dict of another form")
-            _check_structure(entry[1], fields, depth + 1)
-    else:
-        raise ValueError(f"a sample's structure of kind {kind!r}")
 
 
 @functools.cache
@@ -401,7 +333,8 @@ def _column(base: torch.Tensor, field: FieldMeta, start: int, count: int) -> lis
     first = sum(math.prod(s) for s in field.shapes[:start])
     parts = _typed(base, field)[first : first + sum(sizes)].split(sizes)
     if field.kind == "str":
-        return [bytes(part.numpy()).decode() for part in parts]
+        # the producer wrote UTF-8 (pack); a member's producer might not: never a traceback
+        return [bytes(part.numpy()).decode(errors="replace") for part in parts]
     views = [part.view(shape) for part, shape in zip(parts, shapes, strict=True)]
     return views if field.kind == "tensor" else [v.numpy() for v in views]
 

@@ -51,8 +51,9 @@ import zmq
 
 from gpudesk.core.datasets import VARIANT_SEPARATOR
 from gpudesk.loader.batch import BatchMeta, Piece, collate, ids, samples
+from gpudesk.loader.batch_check import checked_meta
 from gpudesk.loader.contract import Contract, resolve_shard
-from gpudesk.loader.handshake import PREPARING_POLL_S, connect, connect_first
+from gpudesk.loader.handshake import PREPARING_POLL_S, connect, connect_first, leave
 from gpudesk.loader.lease import (
     Leases,
     no_room_after,
@@ -351,7 +352,12 @@ class SharedLoader:
         except StagingUnavailable as exc:
             self._mirror, self._mirror_gen = None, 0
             self.data_path = f"host: {exc}"
-        except (KeyError, TypeError, ValueError) as exc:  # a member's producer sent what it liked
+        except (
+            KeyError,
+            TypeError,
+            ValueError,
+            ArithmeticError,
+        ) as exc:  # what a member's producer liked
             self._mirror, self._mirror_gen = None, 0
             self.data_path = f"host: the producer sent a mirror handle of another shape ({exc!r})"
 
@@ -464,7 +470,7 @@ class SharedLoader:
                 raise ValueError(f"slot {slot!r}, generation {gen!r}")
             if not (isinstance(key, list) and len(key) == 2 and all(type(k) is int for k in key)):
                 raise ValueError(f"key {key!r}")
-            return slot, key[0], key[1], BatchMeta.checked(message["meta"])
+            return slot, key[0], key[1], checked_meta(message["meta"])
         except (KeyError, ValueError) as exc:
             raise LoaderError(
                 f"the producer for {self.name!r} (pid {self.producer_pid}) sent a batch this "
@@ -561,9 +567,7 @@ class SharedLoader:
 
     def close(self) -> None:
         if self._socket is not None:
-            with contextlib.suppress(zmq.ZMQError):
-                self._socket.send(encode("bye"))
-            self._socket.close()
+            leave(self._socket)
             self._socket = None
         if self.ring is not None:  # batches handed out stay mapped: only the descriptor goes
             self.ring.close()

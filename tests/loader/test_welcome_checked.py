@@ -15,13 +15,15 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import zmq
 
 from gpudesk.hw import process_start
 from gpudesk.loader import LoaderError, SharedLoader
-from gpudesk.loader.batch import pack
+from gpudesk.loader.batch import BatchMeta, Piece, pack, samples
+from gpudesk.loader.batch_check import checked_meta
 from gpudesk.loader.protocol import ProducerInfo, write_info
 from gpudesk.loader.ring import Ring
 from gpudesk.loader.slots import SlotTable
@@ -116,6 +118,14 @@ BAD_BATCHES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         **m,
         "meta": [8, functools.reduce(lambda s, _: ["list", [s]], range(100), 0), m["meta"][2]],
     },
+    "an offset not aligned for its dtype": lambda m: field_changed(m, 0, 2, m["meta"][2][0][2] + 2),
+    "numbers of a tensor's dtype": lambda m: field_changed(m, 1, 1, "float32"),
+    "a quantized dtype": lambda m: field_changed(m, 0, 1, "qint8"),
+    "a field the structure never names": lambda m: {
+        **m,
+        "meta": [8, m["meta"][1], [m["meta"][2][0], *m["meta"][2]]],
+    },
+    "a count past any number": lambda m: {**m, "meta": [float("inf"), *m["meta"][1:]]},
 }
 
 
@@ -161,4 +171,44 @@ def test_a_batch_message_of_another_shape_is_a_loader_error(
     finally:
         producing.join()
         server.close()
+        ring.close()
+
+
+SAMPLES: dict[str, list[Any]] = {
+    "tensors, numbers and text": [
+        {"x": torch.full((2, 3), float(i)), "n": i, "f": i / 2, "b": i % 2 == 0, "s": "é" * i}
+        for i in range(6)
+    ],
+    "int dict keys": [{0: torch.tensor([i]), 1: i} for i in range(6)],
+    "ragged tensors": [torch.arange(i) for i in range(6)],
+    "NumPy arrays, nested": [
+        (np.full((2,), i, np.uint16), [np.array([i], np.float32)]) for i in range(6)
+    ],
+    "bfloat16 and complex": [
+        (torch.ones(2, dtype=torch.bfloat16), torch.ones(1, dtype=torch.complex64))
+        for _ in range(6)
+    ],
+    "empty tensors and strings": [(torch.empty(0), "") for _ in range(6)],
+}
+
+
+@pytest.mark.parametrize("kind", SAMPLES)
+def test_every_batch_a_producer_packs_passes_the_check_and_reads_back(kind: str) -> None:
+    """The check refuses nothing `pack` makes (a refused batch would end a job for nothing)."""
+    ring = Ring.create("packed")
+    try:
+        table = SlotTable(ring, 2, batch_size=6)
+        regions = table.request_regions(0)
+
+        def place(field: int, nbytes: int) -> tuple[int, torch.Tensor] | None:
+            if field >= len(regions) or nbytes > regions[field][1]:
+                return None
+            return regions[field][0], ring.view(regions[field][0], nbytes)
+
+        packed = table.place(0, pack((0, 0), SAMPLES[kind], list(range(6)), place))
+        meta = checked_meta(json.loads(json.dumps(packed.to_wire())))
+        assert meta == BatchMeta.from_wire(packed.to_wire())
+        assert ring.base is not None
+        assert len(samples(ring.base, [(Piece(0, meta, 0, 6, 0), 0, 6)])) == 6
+    finally:
         ring.close()
