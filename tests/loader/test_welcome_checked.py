@@ -83,10 +83,9 @@ def test_a_welcome_of_another_shape_is_a_loader_error(
     assert f"the producer for {NAME!r} sent a welcome this consumer cannot read" in said, said
 
 
-def valid_batch() -> tuple[Ring, dict[str, Any]]:
-    """A real ring holding one batch of 8 samples in slot 0, and the message announcing it."""
-    ring = Ring.create("stand-in")
-    table = SlotTable(ring, 2, batch_size=8)
+def packed_in_slot_0(ring: Ring, batch: list[Any]) -> BatchMeta:
+    """`batch` laid into slot 0 of `ring` as a producer's worker lays it (`pack`), placed."""
+    table = SlotTable(ring, 2, batch_size=len(batch))
     regions = table.request_regions(0)
 
     def place(field: int, nbytes: int) -> tuple[int, torch.Tensor] | None:
@@ -94,8 +93,13 @@ def valid_batch() -> tuple[Ring, dict[str, Any]]:
             return None
         return regions[field][0], ring.view(regions[field][0], nbytes)
 
-    batch = [(torch.full((3,), float(i)), i) for i in range(8)]
-    meta = table.place(0, pack((0, 0), batch, list(range(8)), place))
+    return table.place(0, pack((0, 0), batch, list(range(len(batch))), place))
+
+
+def valid_batch() -> tuple[Ring, dict[str, Any]]:
+    """A real ring holding one batch of 8 samples in slot 0, and the message announcing it."""
+    ring = Ring.create("stand-in")
+    meta = packed_in_slot_0(ring, [(torch.full((3,), float(i)), i) for i in range(8)])
     return ring, {"type": "batch", "slot": 0, "key": [0, 0], "meta": meta.to_wire()}
 
 
@@ -197,15 +201,7 @@ def test_every_batch_a_producer_packs_passes_the_check_and_reads_back(kind: str)
     """The check refuses nothing `pack` makes (a refused batch would end a job for nothing)."""
     ring = Ring.create("packed")
     try:
-        table = SlotTable(ring, 2, batch_size=6)
-        regions = table.request_regions(0)
-
-        def place(field: int, nbytes: int) -> tuple[int, torch.Tensor] | None:
-            if field >= len(regions) or nbytes > regions[field][1]:
-                return None
-            return regions[field][0], ring.view(regions[field][0], nbytes)
-
-        packed = table.place(0, pack((0, 0), SAMPLES[kind], list(range(6)), place))
+        packed = packed_in_slot_0(ring, SAMPLES[kind])
         meta = checked_meta(json.loads(json.dumps(packed.to_wire())))
         assert meta == BatchMeta.from_wire(packed.to_wire())
         assert ring.base is not None
