@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from gpudesk.loader.batch import BatchMeta, FieldMeta
 
@@ -35,6 +37,27 @@ NUMPY_DTYPES = frozenset(
 # quantized (qint8, quint4x2, ...) and sub-byte (bits8, uint1, int4, ...) dtypes: no tensor of
 # them is a plain view of bytes
 NOT_VIEWABLE = re.compile(r"q.*|bits.*|u?int[1-7]")
+
+
+class Announced(msgspec.Struct, frozen=True):
+    """A producer's batch message (producer.py `_give`), as the welcome is read
+    (`handshake.Welcome`): a field of another type is a ValidationError."""
+
+    slot: Annotated[int, msgspec.Meta(ge=0)]
+    key: tuple[int, int]  # (epoch, batch)
+    meta: list[Any]  # checked_meta's
+    gen: int = 0  # the staged mirror's generation (staging.py)
+    mirror: dict[str, Any] | None = None  # the mirror's handle, where it grew
+
+
+def announced(message: dict[str, Any]) -> tuple[Announced, BatchMeta]:
+    """A batch message and its batch's description, checked whole; ValueError saying what
+    does not add up."""
+    try:
+        said = msgspec.convert(message, Announced)
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from None
+    return said, checked_meta(said.meta)
 
 
 def checked_meta(data: Any) -> BatchMeta:

@@ -51,7 +51,7 @@ import zmq
 
 from gpudesk.core.datasets import VARIANT_SEPARATOR
 from gpudesk.loader.batch import BatchMeta, Piece, collate, ids, samples
-from gpudesk.loader.batch_check import checked_meta
+from gpudesk.loader.batch_check import Announced, announced
 from gpudesk.loader.contract import Contract, resolve_shard
 from gpudesk.loader.handshake import PREPARING_POLL_S, connect, connect_first, leave
 from gpudesk.loader.lease import (
@@ -439,7 +439,8 @@ class SharedLoader:
             raise _ProducerLost(message.get("message") or "the producer stopped")
         if kind != "batch":
             return
-        slot, key_epoch, index, meta = self._batch_of(message)
+        said, meta = self._batch_of(message)
+        slot, (key_epoch, index) = said.slot, said.key
         self._held.add(slot)
         if key_epoch < self.epoch or index in self._received[key_epoch]:
             self._release.append(slot)  # a batch it already has (a restarted producer)
@@ -447,9 +448,9 @@ class SharedLoader:
         self._leases.hold(slot)
         assert self.ring is not None
         self.ring.ensure(max(f.offset + f.nbytes for f in meta.fields))
-        if "mirror" in message and self._mirror is not None:
-            self._open_mirror(message["mirror"])
-        gen = int(message.get("gen", 0)) if self._mirror is not None else 0
+        if said.mirror is not None and self._mirror is not None:
+            self._open_mirror(said.mirror)
+        gen = said.gen if self._mirror is not None else 0
         self._received[key_epoch].add(index)
         first, end = self.contract.run(index, self.producer_batch, meta.count)  # this rank's
         if first == end:
@@ -460,18 +461,13 @@ class SharedLoader:
         else:
             self._pending[key_epoch].append(Piece(slot, meta, first, end, index, gen))
 
-    def _batch_of(self, message: dict[str, Any]) -> tuple[int, int, int, BatchMeta]:
-        """A batch message's slot, key and description, checked: on a station the producer
-        is its owner's process, and one of another shape is a LoaderError saying so, not a
-        traceback in another member's job."""
+    def _batch_of(self, message: dict[str, Any]) -> tuple[Announced, BatchMeta]:
+        """A batch message and its description, checked (batch_check.py): on a station the
+        producer is its owner's process, and one of another shape is a LoaderError saying
+        so, not a traceback in another member's job."""
         try:
-            slot, key, gen = message["slot"], message["key"], message.get("gen", 0)
-            if type(slot) is not int or slot < 0 or type(gen) is not int:
-                raise ValueError(f"slot {slot!r}, generation {gen!r}")
-            if not (isinstance(key, list) and len(key) == 2 and all(type(k) is int for k in key)):
-                raise ValueError(f"key {key!r}")
-            return slot, key[0], key[1], checked_meta(message["meta"])
-        except (KeyError, ValueError) as exc:
+            return announced(message)
+        except ValueError as exc:
             raise LoaderError(
                 f"the producer for {self.name!r} (pid {self.producer_pid}) sent a batch this "
                 f"consumer cannot read: {exc}"

@@ -204,18 +204,20 @@ def connect(loader: SharedLoader, info: ProducerInfo, resume: bool) -> None:
 def welcome_in(reply: dict[str, Any], sock: zmq.Socket[bytes], name: str) -> Welcome:
     """The welcome the producer of `name` answered a hello with; else (a refusal, another
     answer, a welcome of another shape) `sock` closed and a LoaderError saying why."""
-    why = None
-    if reply["type"] == "refused":
-        why = f"the producer for {name!r} refused this consumer: {reply.get('message')}"
-    elif reply["type"] != "welcome":
-        why = f"unexpected answer from the producer: {reply['type']}"
-    else:
+    if reply["type"] == "welcome":
         try:
             return msgspec.convert(reply, Welcome)
         except msgspec.ValidationError as exc:
-            why = f"the producer for {name!r} sent a welcome this consumer cannot read ({exc})"
+            leave(sock)  # it counts this consumer as one of its own now
+            raise LoaderError(
+                f"the producer for {name!r} sent a welcome this consumer cannot read ({exc})"
+            ) from None
     sock.close()
-    raise LoaderError(why)
+    if reply["type"] == "refused":
+        raise LoaderError(
+            f"the producer for {name!r} refused this consumer: {reply.get('message')}"
+        )
+    raise LoaderError(f"unexpected answer from the producer: {reply['type']}")
 
 
 def open_staging(loader: SharedLoader, welcome: Welcome) -> None:

@@ -20,6 +20,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -27,6 +28,7 @@ from station_fixture import Station, user_python_station
 
 from gpudesk.core.datasets import DatasetSpec
 from gpudesk.loader.protocol import ProducerInfo, read_info
+from gpudesk.paths import Home
 
 # A job: reads one epoch of the shared loader, checks every sample against its id, and prints
 # one JSON line (its ids and whether it read the producer or loaded locally).
@@ -54,6 +56,24 @@ def dataset(name: str, **extra: object) -> dict[str, object]:
         "slots": 8,
         **extra,
     }
+
+
+@contextlib.contextmanager
+def adas_folder(tmp_path: Path, name: str) -> Iterator[tuple[Any, Home, Path]]:
+    """A real user ada, a system home under `tmp_path`, and the folder root makes for her
+    group-shared dataset `name` (station_access.prepare_folder): (ada, the home, the folder)."""
+    from local_users import local_accounts
+
+    from gpudesk.core.identity import Identity
+    from gpudesk.loader.station_access import prepare_folder
+
+    with local_accounts({"ada": []}) as made:
+        ada = made.users["ada"]
+        run = tmp_path / "run"
+        run.mkdir(mode=0o750)
+        home = Home.system(run / "control.sock", tmp_path / "state")
+        identity = Identity.of(ada.uid, ada.gid, ada.groups)
+        yield ada, home, prepare_folder(home, name, identity, None, "group")
 
 
 # The tests on a station share one (its users, engine and Python made once): each registers
@@ -555,20 +575,10 @@ def test_a_members_job_is_told_what_restarts_a_failed_station_producer(
 ) -> None:
     """A station's producer that failed for good: the consumer's paragraph sends its user to an
     admin's `loader register`, not to `gpudesk loader serve`, which a station refuses."""
-    from local_users import local_accounts
-
-    from gpudesk.core.identity import Identity
     from gpudesk.loader import LoaderError, SharedLoader
     from gpudesk.loader.protocol import write_info
-    from gpudesk.loader.station_access import prepare_folder
-    from gpudesk.paths import Home
 
-    with local_accounts({"ada": []}) as made:
-        ada = made.users["ada"]
-        run = tmp_path / "run"
-        run.mkdir(mode=0o750)
-        home = Home.system(run / "control.sock", tmp_path / "state")
-        folder = prepare_folder(home, "d", Identity.of(ada.uid, ada.gid, ada.groups), None, "group")
+    with adas_folder(tmp_path, "d") as (ada, home, folder):
         info = folder / "d.json"
         failed = "cannot import the dataset module 'nope'"
         said = ProducerInfo(name="d", pid=os.getpid(), managed=True, failed=failed, transient=False)
@@ -590,22 +600,13 @@ def test_root_believes_a_members_info_file_only_where_each_field_is_of_its_type(
     producer to the engine, and `loader status` (root's too) says the file is not one."""
     if os.geteuid() != 0:
         pytest.skip("needs root: the engine reading another user's file")
-    from local_users import local_accounts
 
-    from gpudesk.core.identity import Identity
     from gpudesk.engine.services.loaders import LoaderSupervisor
     from gpudesk.hw import process_start
     from gpudesk.loader.protocol import write_info
-    from gpudesk.loader.station_access import prepare_folder
     from gpudesk.loader.status import DAMAGED, collect
-    from gpudesk.paths import Home
 
-    with local_accounts({"ada": []}) as made:
-        ada = made.users["ada"]
-        run = tmp_path / "run"
-        run.mkdir(mode=0o750)
-        home = Home.system(run / "control.sock", tmp_path / "state")
-        folder = prepare_folder(home, "d", Identity.of(ada.uid, ada.gid, ada.groups), None, "group")
+    with adas_folder(tmp_path, "d") as (ada, home, folder):
         info = folder / "d.json"
         hers = subprocess.Popen(["sleep", "60"], user=ada.uid, group=ada.gid)
         try:
